@@ -1,0 +1,37 @@
+# trainhub: `make run` trains the JAX example across two local clusters; `make test` runs
+# lint and every test, installing and starting what they need.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+PACKAGES := schemas bus dispatcher workers trainhub
+
+.PHONY: run test lint unit format bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev,jax]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/trainhub up --exit-on-finish \
+		--cluster east:cpu=4,memory=8Gi --cluster west:cpu=8,memory=16Gi \
+		examples/jax-mnist-spmd/jaxjob.yaml
+
+lint: $(STAMP)
+	$(BIN)/ruff check $(PACKAGES) tests examples bench
+	$(BIN)/mypy $(PACKAGES)
+
+test: lint
+	$(BIN)/pytest -q
+
+format: $(STAMP)
+	$(BIN)/ruff format $(PACKAGES) tests examples bench
+	$(BIN)/ruff check --fix $(PACKAGES) tests examples bench
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.placement_burst
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,123 @@
+"""The one small transport interface every component talks through (shaped after Kafka)."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+Headers = tuple[tuple[str, bytes], ...]
+StartFrom = Literal["earliest", "latest"]
+
+
+@dataclass(frozen=True, order=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True)
+class Record:
+    """One record as a consumer sees it."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers = ()
+    timestamp_ms: int = 0
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+@dataclass(frozen=True)
+class RecordMetadata:
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int = 3
+    replication: int = 1
+    retention_ms: int | None = None
+    compacted: bool = False
+    extra_config: Mapping[str, str] = field(default_factory=dict)
+
+
+class BusError(RuntimeError):
+    """A transport failure that retrying will not fix (bad credentials, missing topic...)."""
+
+
+class UnknownTopicError(BusError):
+    pass
+
+
+RevokeCallback = Callable[[set[TopicPartition]], Awaitable[None]]
+
+
+class Subscription(abc.ABC):
+    """A consumer: in a group (committed offsets shared by members) or standalone."""
+
+    @abc.abstractmethod
+    async def start(self) -> None: ...
+
+    @abc.abstractmethod
+    async def stop(self) -> None: ...
+
+    @abc.abstractmethod
+    async def poll(self, timeout: float = 1.0, max_records: int = 500) -> list[Record]:
+        """Records after the current position; empty after `timeout` seconds without any."""
+
+    @abc.abstractmethod
+    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Store, for the group, the next offset to read of each partition."""
+
+    @abc.abstractmethod
+    def assignment(self) -> set[TopicPartition]: ...
+
+    @abc.abstractmethod
+    async def seek_to_time(self, timestamp_ms: int) -> None:
+        """Move every assigned partition to the first record at or after the time."""
+
+    async def __aenter__(self) -> Subscription:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+class Bus(abc.ABC):
+    @abc.abstractmethod
+    async def start(self) -> None: ...
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    @abc.abstractmethod
+    async def create_topics(self, specs: Sequence[TopicSpec]) -> None:
+        """Create what is missing; existing topics are left as they are."""
+
+    @abc.abstractmethod
+    async def publish(
+        self, topic: str, value: bytes, *, key: bytes | None = None, headers: Headers = ()
+    ) -> RecordMetadata:
+        """Durably append one record (acknowledged by every in-sync replica)."""
+
+    @abc.abstractmethod
+    def subscribe(
+        self,
+        topics: Sequence[str],
+        *,
+        group: str | None,
+        start_from: StartFrom = "earliest",
+        on_revoke: RevokeCallback | None = None,
+    ) -> Subscription:
+        """A new, not yet started consumer of `topics`."""

@@ -1,0 +1,60 @@
+"""Topic names and their settings; a prefix lets several deployments share one broker."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bus.base import TopicSpec
+
+_WEEK_MS = 7 * 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class Topics:
+    prefix: str = "trainhub"
+    partitions: int = 3
+    replication: int = 1
+    retention_ms: int = _WEEK_MS
+
+    @property
+    def jobs(self) -> str:
+        return f"{self.prefix}.jobs"
+
+    @property
+    def status(self) -> str:
+        return f"{self.prefix}.status"
+
+    @property
+    def clusters(self) -> str:
+        return f"{self.prefix}.clusters"
+
+    @property
+    def dead_letters(self) -> str:
+        return f"{self.prefix}.deadletter"
+
+    def assignments(self, cluster: str) -> str:
+        return f"{self.prefix}.assignments.{cluster}"
+
+    def _spec(
+        self, name: str, *, compacted: bool = False, partitions: int | None = None
+    ) -> TopicSpec:
+        return TopicSpec(
+            name=name,
+            partitions=partitions or self.partitions,
+            replication=self.replication,
+            retention_ms=None if compacted else self.retention_ms,
+            compacted=compacted,
+        )
+
+    def shared_specs(self) -> list[TopicSpec]:
+        """Topics every deployment has, whatever its clusters."""
+        return [
+            self._spec(self.jobs),
+            self._spec(self.status),
+            # Compacted: the newest heartbeat of each cluster is all a restarted hub needs.
+            self._spec(self.clusters, compacted=True, partitions=1),
+            self._spec(self.dead_letters, partitions=1),
+        ]
+
+    def assignment_spec(self, cluster: str) -> TopicSpec:
+        return self._spec(self.assignments(cluster), partitions=1)

@@ -1,0 +1,354 @@
+"""The hub: validates submitted jobs, places each on one cluster, follows their status."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry
+
+from bus.aiotasks import TaskOwner
+from bus.base import Bus, Record
+from bus.events import EventConsumer, publish_event
+from bus.topics import Topics
+from dispatcher.ledger import JobRecord, Ledger
+from dispatcher.metrics import HubMetrics
+from dispatcher.placement import Placement, plan_placement
+from dispatcher.registry import ClusterRegistry
+from dispatcher.reservations import Reservations
+from dispatcher.scoring import WeightedScorer
+from schemas.cluster import ClusterSnapshot
+from schemas.errors import JobInvalid
+from schemas.events import (
+    CloudEvent,
+    EventType,
+    JobAssigned,
+    JobRef,
+    JobRevoked,
+    JobStatusUpdate,
+    JobSubmitted,
+    make_event,
+)
+from schemas.job_parsing import job_uid_of, parse_job
+from schemas.kubeflow import AnyJob
+from schemas.status import JobPhase
+
+log = logging.getLogger(__name__)
+
+# Phases in which a cluster is (or may soon be) running the job's pods.
+_PLACED = (
+    JobPhase.ASSIGNED,
+    JobPhase.CREATED,
+    JobPhase.RUNNING,
+    JobPhase.RESTARTING,
+    JobPhase.SUSPENDED,
+)
+
+
+@dataclass
+class HubConfig:
+    source: str = "trainhub/hub"
+    max_heartbeat_age: float = 30.0
+    scoring: dict[str, float] = field(default_factory=lambda: {"least-allocated": 1.0})
+    schedule_interval: float = 1.0
+
+
+class Hub:
+    def __init__(
+        self,
+        bus: Bus,
+        topics: Topics | None = None,
+        config: HubConfig | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.bus = bus
+        self.topics = topics or Topics()
+        self.config = config or HubConfig()
+        self.metrics = HubMetrics(registry or CollectorRegistry())
+        self.ledger = Ledger()
+        self.clusters = ClusterRegistry(self.config.max_heartbeat_age)
+        self.reservations = Reservations()
+        self.scorer = WeightedScorer.from_weights(self.config.scoring)
+        self._tasks = TaskOwner("hub")
+        self._wake = asyncio.Event()
+        self._assignment_topics: set[str] = set()
+        self._consumers: list[EventConsumer] = []
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.bus.create_topics(self.topics.shared_specs())
+        group = f"{self.topics.prefix}-hub"
+        self._consumers = [
+            self._consumer([self.topics.jobs], group, self._on_job_event),
+            self._consumer([self.topics.status], group, self._on_status_event),
+            # No group: every hub instance needs every cluster's newest heartbeat.
+            self._consumer([self.topics.clusters], None, self._on_heartbeat),
+        ]
+        for consumer in self._consumers:
+            await consumer.subscription.start()
+            self._tasks.spawn(consumer.run(), "consume")
+        self._tasks.spawn(self._schedule_loop(), "schedule")
+        log.info("hub started", extra={"topics": self.topics.prefix})
+
+    async def stop(self) -> None:
+        await self._tasks.cancel_all()
+        for consumer in self._consumers:
+            await consumer.subscription.stop()
+        log.info("hub stopped")
+
+    def _consumer(self, topics: list[str], group: str | None, handler: object) -> EventConsumer:
+        return EventConsumer(
+            self.bus,
+            self.bus.subscribe(topics, group=group, start_from="earliest"),
+            handler,  # type: ignore[arg-type]
+            dead_letter_topic=self.topics.dead_letters,
+            component=self.config.source,
+            on_dead_letter=self._count_dead_letter,
+        )
+
+    async def _count_dead_letter(self, record: Record, reason: str) -> None:
+        self.metrics.dead_letters.labels(component="hub").inc()
+
+    # -- jobs topic ---------------------------------------------------------------------
+
+    async def _on_job_event(self, event: CloudEvent, record: Record) -> None:
+        if event.type == EventType.JOB_SUBMITTED:
+            await self._on_submitted(event)
+        elif event.type == EventType.JOB_DELETED:
+            await self._on_deleted(event.data_as(JobRef))
+        else:
+            raise ValueError(f"unexpected event type {event.type!r} on the jobs topic")
+
+    async def _on_submitted(self, event: CloudEvent) -> None:
+        document = event.data_as(JobSubmitted).job
+        try:
+            job = parse_job(document)
+        except JobInvalid as exc:
+            uid = job_uid_of(document)
+            if uid is not None:
+                await self._publish_status(
+                    JobRecord(uid=uid, phase=JobPhase.REJECTED), reason="Invalid", message=str(exc)
+                )
+            log.warning("rejected invalid job: %s", exc, extra={"job": uid, "event": event.id})
+            raise
+        known = self.ledger.get(job.uid)
+        if known is not None and known.phase != JobPhase.DELETED:
+            log.info(
+                "duplicate submission ignored (job is %s)",
+                known.phase,
+                extra={"job": job.uid, "event": event.id},
+            )
+            return
+        await self._admit(job)
+
+    async def _admit(self, job: AnyJob) -> None:
+        if not job.run_policy.managed_by_trainhub:
+            manager = job.run_policy.managedBy or "kubeflow.org/training-operator (unset)"
+            record = JobRecord.of(job, JobPhase.SKIPPED)
+            self.ledger.put(record)
+            await self._publish_status(
+                record,
+                reason="ManagedElsewhere",
+                message=f"runPolicy.managedBy is {manager}; trainhub leaves this job alone",
+            )
+            return
+        record = JobRecord.of(job, JobPhase.QUEUED)
+        self.ledger.put(record)
+        await self._publish_status(record, reason="Queued", message="waiting for placement")
+        self._wake.set()
+
+    async def _on_deleted(self, ref: JobRef) -> None:
+        record = self.ledger.get(ref.uid)
+        if record is None or record.phase == JobPhase.DELETED:
+            return
+        if record.phase in _PLACED and record.cluster:
+            await self._revoke(record, "job deleted by its owner")
+        self.reservations.release(record.uid)
+        record.phase = JobPhase.DELETED
+        await self._publish_status(record, reason="Deleted", message="job deleted")
+        self._wake.set()
+
+    async def _revoke(self, record: JobRecord, reason: str) -> None:
+        assert record.cluster is not None
+        revoke = JobRevoked(
+            uid=record.uid, cluster=record.cluster, attempt=record.attempt, reason=reason
+        )
+        event = make_event(EventType.JOB_REVOKED, self.config.source, record.uid, revoke)
+        await self._publish_assignment(record.cluster, record.uid, event)
+
+    # -- status topic ---------------------------------------------------------------------
+
+    async def _on_status_event(self, event: CloudEvent, record: Record) -> None:
+        if event.source == self.config.source or event.type != EventType.JOB_STATUS:
+            return
+        update = event.data_as(JobStatusUpdate)
+        job = self.ledger.get(update.uid)
+        if job is None:
+            log.warning("status for an unknown job ignored", extra={"job": update.uid})
+            return
+        if update.cluster != job.cluster or update.attempt != job.attempt:
+            log.warning(
+                "status from a revoked placement ignored (%s attempt %s; current %s attempt %s)",
+                update.cluster,
+                update.attempt,
+                job.cluster,
+                job.attempt,
+                extra={"job": update.uid, "cluster": update.cluster},
+            )
+            return
+        if update.sequence <= job.sequence or job.phase.finished:
+            return
+        job.sequence = update.sequence
+        job.phase = update.phase
+        job.status = update.status
+        job.reason, job.message = update.reason, update.message
+        if job.phase.finished:
+            self.reservations.release(job.uid)
+            self._wake.set()
+
+    # -- clusters topic -------------------------------------------------------------------
+
+    async def _on_heartbeat(self, event: CloudEvent, record: Record) -> None:
+        if event.type != EventType.CLUSTER_HEARTBEAT:
+            raise ValueError(f"unexpected event type {event.type!r} on the clusters topic")
+        snapshot = ClusterSnapshot.model_validate(event.data)
+        if snapshot.observedAt is None:
+            snapshot = snapshot.model_copy(update={"observedAt": event.time})
+        if not self.clusters.update(snapshot):
+            return
+        self.reservations.reconcile(snapshot)
+        self._export_cluster(snapshot)
+        self._wake.set()
+
+    def _export_cluster(self, snapshot: ClusterSnapshot) -> None:
+        resources = {r for n in snapshot.nodes for r in n.allocatable}
+        for resource in resources:
+            free = snapshot.free(resource) - self.reservations.total(snapshot.name, resource)
+            self.metrics.cluster_free.labels(snapshot.name, resource).set(float(free))
+            self.metrics.cluster_total.labels(snapshot.name, resource).set(
+                float(snapshot.total(resource))
+            )
+        self.metrics.reservations.labels(snapshot.name).set(self.reservations.count(snapshot.name))
+
+    # -- placement ------------------------------------------------------------------------
+
+    async def _schedule_loop(self) -> None:
+        while True:
+            try:
+                async with asyncio.timeout(self.config.schedule_interval):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            await self.schedule_pending()
+            self._export_jobs()
+
+    def plan(self, job: AnyJob, excluded: frozenset[str] = frozenset()) -> Placement:
+        return plan_placement(
+            job,
+            self.clusters.all(),
+            reservations=self.reservations,
+            scorer=self.scorer,
+            max_heartbeat_age=self.config.max_heartbeat_age,
+            excluded=excluded,
+        )
+
+    async def schedule_pending(self) -> None:
+        queued = sorted(self.ledger.in_phase(JobPhase.QUEUED), key=lambda r: r.queued_at)
+        for record in queued:
+            assert record.job is not None
+            placement = self.plan(record.job, frozenset(record.excluded))
+            record.decision = placement.decision
+            if placement.chosen is not None:
+                await self._assign(record, placement)
+            elif placement.never_fits:
+                record.phase = JobPhase.REJECTED
+                reasons = "; ".join(f"{c.name}: {c.reason}" for c in placement.decision.clusters)
+                self.metrics.decisions.labels(outcome="rejected").inc()
+                await self._publish_status(
+                    record,
+                    reason="Unschedulable",
+                    message=f"the job fits no registered cluster: {reasons}",
+                )
+            else:
+                await self._note_waiting(record, placement)
+
+    async def _note_waiting(self, record: JobRecord, placement: Placement) -> None:
+        reasons = (
+            "; ".join(
+                f"{c.name}: {c.reason}" for c in placement.decision.clusters if not c.feasible
+            )
+            or "no cluster has reported capacity yet"
+        )
+        if reasons != record.message:
+            await self._publish_status(record, reason="WaitingForCapacity", message=reasons)
+
+    async def _assign(self, record: JobRecord, placement: Placement) -> None:
+        assert record.job is not None and placement.chosen is not None
+        record.attempt += 1
+        record.cluster = placement.chosen
+        record.phase = JobPhase.ASSIGNED
+        record.sequence = 0
+        self.reservations.reserve(placement.chosen, record.uid, placement.usage)
+        assigned = JobAssigned(
+            uid=record.uid,
+            cluster=placement.chosen,
+            attempt=record.attempt,
+            job=record.job.to_document(),
+            placement=placement.decision,
+        )
+        # Status first: followers then always see Assigned before the worker's Created.
+        await self._publish_status(
+            record, reason="Assigned", message=f"placed on {placement.chosen}"
+        )
+        event = make_event(EventType.JOB_ASSIGNED, self.config.source, record.uid, assigned)
+        await self._publish_assignment(placement.chosen, record.uid, event)
+        self.metrics.placement_latency.observe(time.monotonic() - record.queued_at)
+        chosen_score = next(
+            c.score for c in placement.decision.clusters if c.name == placement.chosen
+        )
+        self.metrics.placement_score.observe(chosen_score or 0.0)
+        self.metrics.decisions.labels(outcome="assigned").inc()
+        log.info(
+            "placed on %s (score %s)",
+            placement.chosen,
+            chosen_score,
+            extra={"job": record.uid, "cluster": placement.chosen},
+        )
+
+    async def _publish_assignment(self, cluster: str, uid: str, event: CloudEvent) -> None:
+        topic = self.topics.assignments(cluster)
+        if topic not in self._assignment_topics:
+            await self.bus.create_topics([self.topics.assignment_spec(cluster)])
+            self._assignment_topics.add(topic)
+        await publish_event(self.bus, topic, uid, event)
+
+    # -- status out -----------------------------------------------------------------------
+
+    async def _publish_status(self, record: JobRecord, *, reason: str, message: str) -> None:
+        record.reason, record.message = reason, message
+        update = JobStatusUpdate(
+            uid=record.uid,
+            name=record.name,
+            namespace=record.namespace,
+            kind=record.kind,
+            framework=record.framework,
+            queue=record.queue,
+            phase=record.phase,
+            cluster=record.cluster,
+            attempt=record.attempt,
+            reason=reason,
+            message=message,
+            placement=record.decision,
+        )
+        event = make_event(EventType.JOB_STATUS, self.config.source, record.uid, update)
+        await publish_event(self.bus, self.topics.status, record.uid, event)
+
+    def _export_jobs(self) -> None:
+        self.metrics.jobs.clear()
+        for (phase, framework), count in self.ledger.counts().items():
+            self.metrics.jobs.labels(phase, framework).set(count)
+        self.metrics.queue_length.set(len(self.ledger.in_phase(JobPhase.QUEUED)))

@@ -1,0 +1,35 @@
+"""The hub's live view of member clusters, fed by heartbeats."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from schemas.cluster import ClusterSnapshot
+
+
+class ClusterRegistry:
+    def __init__(self, max_heartbeat_age: float = 30.0) -> None:
+        self.max_heartbeat_age = max_heartbeat_age
+        self._clusters: dict[str, ClusterSnapshot] = {}
+
+    def update(self, snapshot: ClusterSnapshot) -> bool:
+        """Keep the newest snapshot per cluster; False when this one is older than ours."""
+        known = self._clusters.get(snapshot.name)
+        if (
+            known is not None
+            and snapshot.sequence < known.sequence
+            and snapshot.observedAt
+            and (known.observedAt and snapshot.observedAt <= known.observedAt)
+        ):
+            return False
+        self._clusters[snapshot.name] = snapshot
+        return True
+
+    def get(self, name: str) -> ClusterSnapshot | None:
+        return self._clusters.get(name)
+
+    def all(self) -> list[ClusterSnapshot]:
+        return [self._clusters[n] for n in sorted(self._clusters)]
+
+    def is_fresh(self, snapshot: ClusterSnapshot, now: datetime | None = None) -> bool:
+        return snapshot.age_seconds(now or datetime.now(UTC)) <= self.max_heartbeat_age

@@ -1,0 +1,76 @@
+"""`ClusterSnapshot`: the heartbeat a worker publishes with its cluster's free capacity."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.quantity import ResourceList
+
+
+class Taint(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    key: str = Field(min_length=1, max_length=317)
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+class NodeSnapshot(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=253)
+    allocatable: ResourceList
+    requested: ResourceList = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[Taint] = Field(default_factory=list)
+
+    def free(self, resource: str) -> Decimal:
+        """Free amount of a resource; a resource missing from `requested` counts as zero."""
+        return self.allocatable.get(resource, Decimal(0)) - self.requested.get(resource, Decimal(0))
+
+
+class ClusterSnapshot(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    healthy: bool = True
+    observedAt: datetime | None = Field(
+        default=None, description="When the capacity was read; absent in files means fresh."
+    )
+    nodes: list[NodeSnapshot] = Field(default_factory=list)
+    labels: dict[str, str] = Field(default_factory=dict)
+    namespaces: list[str] | None = Field(
+        default=None, description="Namespaces this cluster accepts jobs for; None means all."
+    )
+    backend: str | None = None
+    jobs: list[str] = Field(
+        default_factory=list, description="Uids of the jobs whose pods `requested` counts."
+    )
+    sequence: int = Field(default=0, ge=0)
+
+    def age_seconds(self, now: datetime | None = None) -> float:
+        if self.observedAt is None:
+            return 0.0
+        now = now or datetime.now(UTC)
+        observed = self.observedAt
+        if observed.tzinfo is None:
+            observed = observed.replace(tzinfo=UTC)
+        return max(0.0, (now - observed).total_seconds())
+
+    def total(self, resource: str) -> Decimal:
+        return sum((n.allocatable.get(resource, Decimal(0)) for n in self.nodes), Decimal(0))
+
+    def free(self, resource: str) -> Decimal:
+        return sum((max(n.free(resource), Decimal(0)) for n in self.nodes), Decimal(0))
+
+
+class ClustersFile(BaseModel):
+    """The YAML that `trainhub plan --clusters` reads: `{clusters: [ClusterSnapshot, ...]}`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    clusters: list[ClusterSnapshot]

@@ -1,0 +1,70 @@
+"""CloudEvents Kafka binding, binary mode: attributes in `ce_*` headers, the data as JSON body."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from pydantic import ValidationError
+
+from schemas.errors import EventDecodeError, describe_validation_error
+from schemas.events import CloudEvent
+
+Headers = Sequence[tuple[str, bytes]]
+_ATTRIBUTES = ("specversion", "id", "source", "type", "subject", "time")
+MAX_BODY_BYTES = 4 * 1024 * 1024
+
+
+def encode_event(event: CloudEvent) -> tuple[list[tuple[str, bytes]], bytes]:
+    headers = [("content-type", event.datacontenttype.encode())]
+    for name in _ATTRIBUTES:
+        value = getattr(event, name)
+        if value is None:
+            continue
+        text = value.isoformat() if isinstance(value, datetime) else str(value)
+        headers.append((f"ce_{name}", text.encode()))
+    body = json.dumps(event.data, separators=(",", ":"), default=str).encode()
+    return headers, body
+
+
+def header_map(headers: Iterable[tuple[str, bytes | None]]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for key, raw in headers:
+        if raw is None:
+            continue
+        try:
+            found[key] = raw.decode()
+        except UnicodeDecodeError as exc:
+            raise EventDecodeError(f"header {key!r} is not UTF-8") from exc
+    return found
+
+
+def decode_event(headers: Iterable[tuple[str, bytes | None]], body: bytes | None) -> CloudEvent:
+    """Rebuild the CloudEvent of one record; raises EventDecodeError with the reason."""
+    attrs = header_map(headers)
+    if body is None:
+        raise EventDecodeError("record has no body")
+    if len(body) > MAX_BODY_BYTES:
+        raise EventDecodeError(f"body of {len(body)} bytes exceeds {MAX_BODY_BYTES}")
+    missing = [a for a in ("specversion", "id", "source", "type") if f"ce_{a}" not in attrs]
+    if missing:
+        raise EventDecodeError(
+            f"missing CloudEvents headers: {', '.join('ce_' + m for m in missing)}"
+        )
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise EventDecodeError(f"body is not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise EventDecodeError(f"body must be a JSON object, got {type(data).__name__}")
+    fields: dict[str, object] = {a: attrs[f"ce_{a}"] for a in _ATTRIBUTES if f"ce_{a}" in attrs}
+    if "content-type" in attrs:
+        fields["datacontenttype"] = attrs["content-type"]
+    try:
+        event = CloudEvent.model_validate({**fields, "data": data})
+    except ValidationError as exc:
+        raise EventDecodeError(f"invalid CloudEvent: {describe_validation_error(exc)}") from exc
+    if event.specversion != "1.0":
+        raise EventDecodeError(f"unsupported specversion {event.specversion!r}")
+    return event

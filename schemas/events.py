@@ -1,0 +1,125 @@
+"""The CloudEvents 1.0 envelope and the typed payload of every trainhub event."""
+
+from __future__ import annotations
+
+import builtins
+import uuid
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.status import JobPhase, JobStatus
+
+SPEC_VERSION = "1.0"
+
+
+class EventType:
+    """CloudEvent `type` values; all live under `io.trainhub.`."""
+
+    JOB_SUBMITTED = "io.trainhub.job.submitted"
+    JOB_DELETED = "io.trainhub.job.deleted"
+    JOB_SUSPENDED = "io.trainhub.job.suspended"
+    JOB_RESUMED = "io.trainhub.job.resumed"
+    JOB_ASSIGNED = "io.trainhub.job.assigned"
+    JOB_REVOKED = "io.trainhub.job.revoked"
+    JOB_HANDED_BACK = "io.trainhub.job.handedback"
+    JOB_STATUS = "io.trainhub.job.status"
+    CLUSTER_HEARTBEAT = "io.trainhub.cluster.heartbeat"
+
+
+class CloudEvent(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    specversion: str = SPEC_VERSION
+    id: str = Field(default_factory=lambda: str(uuid.uuid4()), min_length=1, max_length=256)
+    source: str = Field(min_length=1, max_length=256)
+    type: str = Field(pattern=r"^io\.trainhub\.[a-z.]+$", max_length=128)
+    subject: str | None = Field(default=None, max_length=256)
+    time: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    datacontenttype: str = "application/json"
+    data: dict[str, Any] = Field(default_factory=dict)
+
+    def data_as(self, model: builtins.type[_M]) -> _M:
+        return model.model_validate(self.data)
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def make_event(
+    event_type: str, source: str, subject: str, data: BaseModel | dict[str, Any]
+) -> CloudEvent:
+    payload = data.model_dump(mode="json") if isinstance(data, BaseModel) else data
+    return CloudEvent(type=event_type, source=source, subject=subject, data=payload)
+
+
+class _Payload(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class JobSubmitted(_Payload):
+    """The raw job document: the hub validates it, so a bad job still has a traceable event."""
+
+    job: dict[str, Any]
+
+
+class JobRef(_Payload):
+    """Names a job for delete, suspend and resume requests."""
+
+    uid: str = Field(min_length=1, max_length=128)
+
+
+class ClusterScore(_Payload):
+    name: str
+    feasible: bool
+    score: float | None = None
+    reason: str | None = None
+
+
+class PlacementDecision(_Payload):
+    """Why a job went where it went: every cluster's score or rejection reason."""
+
+    chosen: str | None
+    clusters: list[ClusterScore] = Field(default_factory=list)
+
+
+class JobAssigned(_Payload):
+    uid: str
+    cluster: str
+    attempt: int = Field(ge=1)
+    job: dict[str, Any]
+    placement: PlacementDecision | None = None
+
+
+class JobRevoked(_Payload):
+    uid: str
+    cluster: str
+    attempt: int = Field(ge=1)
+    reason: str
+
+
+class JobHandedBack(_Payload):
+    uid: str
+    cluster: str
+    attempt: int = Field(ge=1)
+    reason: str
+
+
+class JobStatusUpdate(_Payload):
+    """A job's lifecycle step; `attempt` and `sequence` order updates and fence revoked runs."""
+
+    uid: str
+    name: str | None = None
+    namespace: str | None = None
+    kind: str | None = None
+    framework: str | None = None
+    queue: str | None = None
+    phase: JobPhase
+    cluster: str | None = None
+    attempt: int = Field(default=0, ge=0)
+    sequence: int = Field(default=0, ge=0)
+    reason: str | None = None
+    message: str | None = None
+    status: JobStatus | None = None
+    placement: PlacementDecision | None = None

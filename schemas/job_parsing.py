@@ -1,0 +1,77 @@
+"""Turn raw documents (dicts, YAML, JSON) into validated training jobs, or say exactly why not."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from schemas.errors import JobInvalid, describe_validation_error
+from schemas.kubeflow import API_VERSION, JOB_CLASSES, AnyJob, derive_job_uid
+
+REMOVED_KINDS = {
+    "MXJob": "MXJob was removed in Kubeflow Training Operator v1.9 and is not supported; "
+    "port the job to PyTorchJob or JAXJob",
+}
+
+
+def job_uid_of(document: Any) -> str | None:
+    """The uid a document would have as a job, when it names itself well enough to tell."""
+    if not isinstance(document, dict) or not isinstance(document.get("metadata"), dict):
+        return None
+    meta = document["metadata"]
+    if isinstance(meta.get("uid"), str) and 0 < len(meta["uid"]) <= 128:
+        return str(meta["uid"])
+    name, namespace = meta.get("name"), meta.get("namespace", "default")
+    if isinstance(name, str) and isinstance(namespace, str) and 0 < len(name) <= 253:
+        return derive_job_uid(namespace, name)
+    return None
+
+
+def parse_job(document: Any) -> AnyJob:
+    """Validate one job document; raises JobInvalid naming the field and the offending value."""
+    if not isinstance(document, dict):
+        raise JobInvalid(f"a job must be a mapping, got {type(document).__name__}")
+    kind = document.get("kind")
+    if kind in REMOVED_KINDS:
+        raise JobInvalid(f"kind: {REMOVED_KINDS[kind]}")
+    if kind not in JOB_CLASSES:
+        known = ", ".join(sorted(JOB_CLASSES))
+        raise JobInvalid(f"kind: unknown kind {kind!r}; trainhub accepts {known}")
+    if document.get("apiVersion") != API_VERSION:
+        raise JobInvalid(
+            f"apiVersion: expected {API_VERSION!r} (got {document.get('apiVersion')!r})"
+        )
+    try:
+        return JOB_CLASSES[kind].model_validate(document)  # type: ignore[return-value]
+    except ValidationError as exc:
+        raise JobInvalid(f"{kind}: {describe_validation_error(exc)}") from exc
+    except (ValueError, TypeError) as exc:
+        raise JobInvalid(f"{kind}: {exc}") from exc
+
+
+def load_documents(text: str, origin: str = "<input>") -> list[Any]:
+    """YAML (multi-document) or JSON text to Python objects; syntax errors become JobInvalid."""
+    stripped = text.lstrip()
+    try:
+        if stripped.startswith(("{", "[")):
+            loaded = json.loads(text)
+            return loaded if isinstance(loaded, list) else [loaded]
+        return [d for d in yaml.safe_load_all(text) if d is not None]
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise JobInvalid(f"{origin}: not valid YAML or JSON: {exc}") from exc
+
+
+def load_job_file(path: Path) -> list[AnyJob]:
+    """Every job in a YAML/JSON file, validated."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise JobInvalid(f"{path}: {exc.strerror}") from exc
+    documents = load_documents(text, str(path))
+    if not documents:
+        raise JobInvalid(f"{path}: no job document found")
+    return [parse_job(doc) for doc in documents]

@@ -1,0 +1,38 @@
+"""Kubeflow `runPolicy`: cleanup, deadlines, retries, gang scheduling, suspension, ownership."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.quantity import ResourceList
+
+TRAINHUB_MANAGER = "trainhub.io/dispatcher"
+"""The `runPolicy.managedBy` value that hands a job to trainhub."""
+
+
+class SchedulingPolicy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    minAvailable: int | None = Field(default=None, ge=0)
+    queue: str | None = Field(default=None, max_length=253)
+    minResources: ResourceList | None = None
+    priorityClass: str | None = Field(default=None, max_length=253)
+    scheduleTimeoutSeconds: int | None = Field(default=None, ge=0)
+
+
+class RunPolicy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    cleanPodPolicy: Literal["All", "Running", "None"] | None = None
+    ttlSecondsAfterFinished: int | None = Field(default=None, ge=0)
+    activeDeadlineSeconds: int | None = Field(default=None, ge=0)
+    backoffLimit: int | None = Field(default=None, ge=0)
+    schedulingPolicy: SchedulingPolicy | None = None
+    suspend: bool | None = None
+    managedBy: str | None = Field(default=None, max_length=63)
+
+    @property
+    def managed_by_trainhub(self) -> bool:
+        return self.managedBy == TRAINHUB_MANAGER

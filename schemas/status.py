@@ -1,0 +1,84 @@
+"""Job status as the Training Operator reports it, plus trainhub's lifecycle phase."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ConditionType(StrEnum):
+    CREATED = "Created"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+
+
+class JobCondition(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str | None = None
+    message: str | None = None
+    lastUpdateTime: datetime | None = None
+    lastTransitionTime: datetime | None = None
+
+
+class ReplicaStatus(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    active: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    selector: str | None = None
+
+
+class JobStatus(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    conditions: list[JobCondition] = Field(default_factory=list)
+    replicaStatuses: dict[str, ReplicaStatus] = Field(default_factory=dict)
+    startTime: datetime | None = None
+    completionTime: datetime | None = None
+    lastReconcileTime: datetime | None = None
+
+    def condition(self, ctype: str) -> JobCondition | None:
+        return next((c for c in self.conditions if c.type == ctype), None)
+
+    def is_true(self, ctype: str) -> bool:
+        found = self.condition(ctype)
+        return found is not None and found.status == "True"
+
+
+class JobPhase(StrEnum):
+    """Where a job is in trainhub's lifecycle (the hub's ledger and every status event)."""
+
+    QUEUED = "Queued"
+    SKIPPED = "Skipped"
+    REJECTED = "Rejected"
+    ASSIGNED = "Assigned"
+    CREATED = "Created"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    DELETED = "Deleted"
+
+    @property
+    def finished(self) -> bool:
+        return self in _FINISHED
+
+
+_FINISHED = {
+    JobPhase.SKIPPED,
+    JobPhase.REJECTED,
+    JobPhase.SUCCEEDED,
+    JobPhase.FAILED,
+    JobPhase.DELETED,
+}

@@ -1,0 +1,69 @@
+"""Small builders shared by tests: job documents and cluster snapshots."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schemas.cluster import ClusterSnapshot, NodeSnapshot
+from schemas.quantity import parse_quantity
+
+
+def jax_job(
+    name: str,
+    *,
+    workers: int = 2,
+    cpu: str = "1",
+    memory: str = "1Gi",
+    duration: str = "0.2s",
+    exit_code: str | None = None,
+    managed: bool = True,
+    extra_resources: dict[str, str] | None = None,
+    restart_policy: str = "Never",
+    node_selector: dict[str, str] | None = None,
+    namespace: str = "default",
+) -> dict[str, Any]:
+    annotations = {"trainhub.io/sim-duration": duration}
+    if exit_code is not None:
+        annotations["trainhub.io/sim-exit-code"] = exit_code
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "jax",
+                "image": "example/jax:1",
+                "command": ["python", "-c", "pass"],
+                "resources": {
+                    "requests": {"cpu": cpu, "memory": memory, **(extra_resources or {})}
+                },
+            }
+        ]
+    }
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    run_policy: dict[str, Any] = {"managedBy": "trainhub.io/dispatcher"} if managed else {}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "JAXJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "runPolicy": run_policy,
+            "jaxReplicaSpecs": {
+                "Worker": {
+                    "replicas": workers,
+                    "restartPolicy": restart_policy,
+                    "template": {"metadata": {"annotations": annotations}, "spec": spec},
+                }
+            },
+        },
+    }
+
+
+def node(name: str, requested: dict[str, str] | None = None, **allocatable: str) -> NodeSnapshot:
+    return NodeSnapshot(
+        name=name,
+        allocatable={k.replace("_", "/"): parse_quantity(v) for k, v in allocatable.items()},
+        requested={k: parse_quantity(v) for k, v in (requested or {}).items()},
+    )
+
+
+def cluster(name: str, *nodes: NodeSnapshot, **fields: Any) -> ClusterSnapshot:
+    return ClusterSnapshot(name=name, nodes=list(nodes), **fields)

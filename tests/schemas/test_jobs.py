@@ -1,0 +1,162 @@
+"""Upstream Kubeflow documents parse unchanged; bad input is refused with field and value."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from schemas.errors import JobInvalid
+from schemas.job_parsing import job_uid_of, load_documents, load_job_file, parse_job
+from schemas.quantity import QuantityError, format_quantity, parse_quantity
+from tests.helpers import jax_job
+
+DATA = Path(__file__).parent.parent / "data" / "kubeflow"
+UPSTREAM = sorted(DATA.glob("*.yaml"))
+
+
+def _same_leaf(original: Any, dumped: Any) -> bool:
+    if original == dumped or str(original) == str(dumped):
+        return True
+    try:
+        return parse_quantity(original) == parse_quantity(dumped)
+    except QuantityError:
+        return False
+
+
+def assert_preserved(original: Any, dumped: Any, path: str = "") -> None:
+    """Everything the user wrote is still there with the same meaning."""
+    if isinstance(original, dict):
+        assert isinstance(dumped, dict), path
+        for key, value in original.items():
+            assert key in dumped, f"{path}.{key} was dropped"
+            assert_preserved(value, dumped[key], f"{path}.{key}")
+    elif isinstance(original, list):
+        assert isinstance(dumped, list) and len(dumped) == len(original), path
+        for i, (a, b) in enumerate(zip(original, dumped, strict=True)):
+            assert_preserved(a, b, f"{path}[{i}]")
+    else:
+        assert _same_leaf(original, dumped), f"{path}: {original!r} became {dumped!r}"
+
+
+@pytest.mark.parametrize("path", UPSTREAM, ids=lambda p: p.stem)
+def test_upstream_documents_round_trip(path: Path) -> None:
+    original = yaml.safe_load(path.read_text())
+    job = parse_job(original)
+    dumped = job.to_document()
+    assert_preserved(original, dumped)
+    again = parse_job(dumped)
+    assert again == job
+    assert job.kind == original["kind"]
+
+
+def test_all_six_kinds_are_covered() -> None:
+    kinds = {yaml.safe_load(p.read_text())["kind"] for p in UPSTREAM}
+    assert kinds == {"TFJob", "PyTorchJob", "XGBoostJob", "MPIJob", "PaddleJob", "JAXJob"}
+
+
+def test_replica_type_keys_are_case_normalised() -> None:
+    doc = jax_job("lower")
+    doc["spec"]["jaxReplicaSpecs"] = {"worker": doc["spec"]["jaxReplicaSpecs"]["Worker"]}
+    job = parse_job(doc)
+    assert list(job.replica_specs) == ["Worker"]
+    assert job.total_replicas == 2
+
+
+def test_run_policy_and_managed_by() -> None:
+    job = parse_job(jax_job("managed"))
+    assert job.run_policy.managed_by_trainhub
+    assert not parse_job(jax_job("other", managed=False)).run_policy.managed_by_trainhub
+
+
+def test_uid_is_stable_for_the_same_name() -> None:
+    a, b = parse_job(jax_job("same")), parse_job(jax_job("same"))
+    assert a.uid == b.uid == job_uid_of(jax_job("same"))
+    assert a.uid != parse_job(jax_job("same", namespace="other")).uid
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (lambda d: d.update(kind="MXJob"), "MXJob was removed in Kubeflow Training Operator v1.9"),
+        (lambda d: d.update(kind="SparkJob"), "unknown kind 'SparkJob'"),
+        (lambda d: d.update(apiVersion="kubeflow.org/v2"), "apiVersion"),
+        (
+            lambda d: d["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][
+                0
+            ].pop("image"),
+            "containers.0.image: field required",
+        ),
+        (
+            lambda d: d["spec"]["jaxReplicaSpecs"]["Worker"].update(replicas=-1),
+            "jaxReplicaSpecs.Worker.replicas: Input should be greater than or equal to 0 (got -1)",
+        ),
+        (
+            lambda d: d["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0][
+                "resources"
+            ]["requests"].update(cpu="lots"),
+            "resources.requests.cpu: not a quantity: 'lots'",
+        ),
+        (
+            lambda d: d["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0][
+                "resources"
+            ]["requests"].update(memory="-1Gi"),
+            "must not be negative",
+        ),
+        (lambda d: d["metadata"].update(name="Bad_Name"), "metadata.name: job name 'Bad_Name'"),
+        (
+            lambda d: d["spec"]["jaxReplicaSpecs"].update(
+                PS=d["spec"]["jaxReplicaSpecs"]["Worker"]
+            ),
+            "replica type 'PS' is not valid for JAXJob",
+        ),
+        (lambda d: d["spec"].update(bogus=1), "spec.bogus: Extra inputs are not permitted"),
+    ],
+)
+def test_bad_jobs_name_field_and_value(mutate: Any, expected: str) -> None:
+    doc = jax_job("bad")
+    mutate(doc)
+    with pytest.raises(JobInvalid) as caught:
+        parse_job(doc)
+    assert expected in str(caught.value)
+
+
+def test_kind_specific_rules() -> None:
+    pytorch = yaml.safe_load((DATA / "pytorch-simple.yaml").read_text())
+    pytorch["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = 2
+    with pytest.raises(JobInvalid, match=r"Master\.replicas: must be 1"):
+        parse_job(pytorch)
+    elastic = yaml.safe_load((DATA / "pytorch-elastic.yaml").read_text())
+    elastic["spec"]["pytorchReplicaSpecs"] = {
+        "Master": elastic["spec"]["pytorchReplicaSpecs"]["Worker"] | {"replicas": 1}
+    }
+    with pytest.raises(JobInvalid, match="elastic PyTorchJob must configure Workers"):
+        parse_job(elastic)
+    tf = yaml.safe_load((DATA / "tf-dist-mnist.yaml").read_text())
+    tf["spec"]["tfReplicaSpecs"]["Chief"] = tf["spec"]["tfReplicaSpecs"]["PS"]
+    with pytest.raises(JobInvalid, match="at most one Chief"):
+        parse_job(tf)
+
+
+def test_malformed_yaml_is_a_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: kubeflow.org/v1\nkind: [unclosed\n")
+    with pytest.raises(JobInvalid, match="not valid YAML or JSON"):
+        load_job_file(bad)
+    with pytest.raises(JobInvalid, match="not valid YAML or JSON"):
+        load_documents('{"kind": ', "inline")
+
+
+def test_quantities() -> None:
+    assert parse_quantity("500m") == Decimal("0.5")
+    assert parse_quantity("32Gi") == 32 * 2**30
+    assert parse_quantity("1e3") == 1000
+    assert parse_quantity(4) == 4
+    assert format_quantity(Decimal("0.5")) == "500m"
+    assert format_quantity(Decimal(2 * 2**30)) == "2Gi"
+    for bad in ("", "1.2.3", "5Xi", "Gi", True, None, "9" * 40):
+        with pytest.raises(QuantityError):
+            parse_quantity(bad)

@@ -1,0 +1,135 @@
+"""The CLI as a user runs it: a real `trainhub` process, its output and exit code."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.helpers import jax_job
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "kubeflow"
+
+
+def trainhub(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "trainhub", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_render_json_lists_pods_and_headless_services() -> None:
+    result = trainhub("render", str(DATA / "jax-simple.yaml"), "-o", "json")
+    assert result.returncode == 0, result.stderr
+    objects = json.loads(result.stdout)
+    kinds = sorted(o["kind"] for o in objects)
+    assert kinds == ["Pod", "Pod", "Service", "Service"]
+    pods = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Pod"}
+    worker1 = pods["jaxjob-simple-worker-1"]
+    env = {e["name"]: e["value"] for e in worker1["spec"]["containers"][0]["env"]}
+    assert env == {
+        "PYTHONUNBUFFERED": "1",
+        "COORDINATOR_ADDRESS": "jaxjob-simple-worker-0",
+        "COORDINATOR_PORT": "6666",
+        "NUM_PROCESSES": "2",
+        "PROCESS_ID": "1",
+    }
+    assert (
+        pods["jaxjob-simple-worker-0"]["metadata"]["labels"]["training.kubeflow.org/job-role"]
+        == "master"
+    )
+    assert "training.kubeflow.org/job-role" not in worker1["metadata"]["labels"]
+    services = [o for o in objects if o["kind"] == "Service"]
+    assert all(s["spec"]["clusterIP"] == "None" for s in services)
+    assert worker1["spec"]["containers"][0]["ports"] == [
+        {"name": "jaxjob-port", "containerPort": 6666}
+    ]
+
+
+def test_render_yaml_is_a_list() -> None:
+    result = trainhub("render", str(DATA / "jax-simple.yaml"))
+    assert result.returncode == 0, result.stderr
+    assert isinstance(yaml.safe_load(result.stdout), list)
+
+
+def test_render_bad_job_exits_nonzero_with_the_reason(tmp_path: Path) -> None:
+    job = tmp_path / "mx.yaml"
+    job.write_text(yaml.safe_dump(jax_job("old") | {"kind": "MXJob"}))
+    result = trainhub("render", str(job))
+    assert result.returncode == 1
+    assert "MXJob was removed" in result.stderr
+
+
+def test_plan_json_explains_every_cluster(tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(jax_job("plan-me", workers=2, cpu="3")))
+    clusters = tmp_path / "clusters.yaml"
+    clusters.write_text(
+        yaml.safe_dump(
+            {
+                "clusters": [
+                    {
+                        "name": "small",
+                        "healthy": True,
+                        "nodes": [
+                            {"name": f"s{i}", "allocatable": {"cpu": "2", "memory": "8Gi"}}
+                            for i in range(4)
+                        ],
+                    },
+                    {
+                        "name": "big",
+                        "healthy": True,
+                        "nodes": [
+                            {
+                                "name": "b0",
+                                "allocatable": {"cpu": "16", "memory": "64Gi"},
+                                "requested": {"cpu": "4"},
+                            },
+                        ],
+                    },
+                    {
+                        "name": "down",
+                        "healthy": False,
+                        "nodes": [
+                            {"name": "d0", "allocatable": {"cpu": "16", "memory": "64Gi"}},
+                        ],
+                    },
+                ]
+            }
+        )
+    )
+    result = trainhub("plan", str(job), "--clusters", str(clusters), "-o", "json")
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["chosen"] == "big"
+    rows = {c["name"]: c for c in plan["clusters"]}
+    assert set(rows) == {"small", "big", "down"}
+    assert rows["big"]["feasible"] and rows["big"]["score"] > 0
+    assert not rows["small"]["feasible"] and "cpu" in rows["small"]["reason"]
+    assert not rows["down"]["feasible"] and "unhealthy" in rows["down"]["reason"]
+
+
+def test_up_sim_exits_zero_only_when_all_succeed(tmp_path: Path) -> None:
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text(yaml.safe_dump(jax_job("good", workers=2)))
+    bad.write_text(yaml.safe_dump(jax_job("bad", workers=1, exit_code="2")))
+    ok = trainhub("up", "--backend", "sim", "--exit-on-finish", str(good))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "Succeeded" in ok.stdout and "score" in ok.stdout
+    failed = trainhub("up", "--backend", "sim", "--exit-on-finish", str(good), str(bad))
+    assert failed.returncode == 1
+    assert "Failed" in failed.stdout
+
+
+def test_up_refuses_malformed_yaml(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("kind: [oops\n")
+    result = trainhub("up", "--backend", "sim", "--exit-on-finish", str(broken))
+    assert result.returncode == 1
+    assert "not valid YAML or JSON" in result.stderr

@@ -1,0 +1,5 @@
+"""`python -m trainhub` is the `trainhub` command."""
+
+from trainhub.cli import main
+
+main()

@@ -1,0 +1,146 @@
+"""The all-in-one runner: in-memory (or given) bus, the hub and one worker per cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from bus.base import Bus
+from bus.memory import MemoryBus
+from bus.topics import Topics
+from dispatcher.hub import Hub, HubConfig
+from schemas.events import JobStatusUpdate
+from trainhub.producer import follow_status, submit_document
+from workers.backends.base import Backend
+from workers.backends.local import LocalBackend
+from workers.backends.sim import SimBackend
+from workers.cluster_spec import ClusterSpec
+from workers.worker import Worker, WorkerConfig
+
+
+@dataclass
+class EmbeddedOptions:
+    clusters: list[ClusterSpec]
+    backend: str = "local"
+    heartbeat_interval: float = 1.0
+    max_heartbeat_age: float = 10.0
+    scoring: dict[str, float] = field(default_factory=lambda: {"least-allocated": 1.0})
+    workdir: Path = field(default_factory=Path.cwd)
+    logs_dir: Path | None = None
+    sim_time_scale: float = 1.0
+
+
+def make_backend(spec: ClusterSpec, options: EmbeddedOptions, logs_root: Path) -> Backend:
+    if options.backend == "sim":
+        return SimBackend(spec.pool(), time_scale=options.sim_time_scale)
+    if options.backend == "local":
+        return LocalBackend(spec.pool(), workdir=options.workdir, logs_dir=logs_root / spec.name)
+    raise ValueError(f"unknown backend {options.backend!r} (embedded runs use local or sim)")
+
+
+class Embedded:
+    """`async with Embedded(options) as system:` starts everything; leaving stops it all."""
+
+    def __init__(
+        self,
+        options: EmbeddedOptions,
+        *,
+        bus: Bus | None = None,
+        topics: Topics | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.options = options
+        self.bus: Bus = bus or MemoryBus()
+        self.topics = topics or Topics()
+        self.registry = registry or CollectorRegistry()
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        logs_root = options.logs_dir
+        if logs_root is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="trainhub-logs-")
+            logs_root = Path(self._tmp.name)
+        self.logs_root = logs_root
+        self.hub = Hub(
+            self.bus,
+            self.topics,
+            HubConfig(max_heartbeat_age=options.max_heartbeat_age, scoring=options.scoring),
+            registry=self.registry,
+        )
+        self.workers = [
+            Worker(
+                self.bus,
+                make_backend(spec, options, logs_root),
+                WorkerConfig(
+                    cluster=spec.name,
+                    heartbeat_interval=options.heartbeat_interval,
+                    labels=spec.labels,
+                ),
+                self.topics,
+                registry=self.registry,
+            )
+            for spec in options.clusters
+        ]
+
+    async def __aenter__(self) -> Embedded:
+        await self.bus.start()
+        await self.hub.start()
+        for worker in self.workers:
+            await worker.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for worker in self.workers:
+            await worker.stop()
+        await self.hub.stop()
+        await self.bus.close()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    async def submit(self, document: dict[str, Any]) -> str:
+        return await submit_document(self.bus, self.topics, document)
+
+    def worker(self, cluster: str) -> Worker:
+        return next(w for w in self.workers if w.cluster == cluster)
+
+    async def updates(self, uids: Iterable[str] | None = None) -> AsyncIterator[JobStatusUpdate]:
+        async for update in follow_status(self.bus, self.topics, uids):
+            yield update
+
+    async def wait_finished(
+        self,
+        uids: Iterable[str],
+        on_update: Callable[[JobStatusUpdate], Any] | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, JobStatusUpdate]:
+        """Follow status until every job reached a final phase; returns the final updates."""
+        pending = set(uids)
+        final: dict[str, JobStatusUpdate] = {}
+
+        async def follow() -> None:
+            async for update in self.updates(pending | set(final)):
+                if on_update is not None:
+                    result = on_update(update)
+                    if asyncio.iscoroutine(result):
+                        await result
+                if update.phase.finished and update.uid in pending:
+                    pending.discard(update.uid)
+                    final[update.uid] = update
+                    if not pending:
+                        return
+
+        async with asyncio.timeout(timeout):
+            await follow()
+        return final
+
+    async def pod_logs(self, update: JobStatusUpdate) -> dict[str, str]:
+        """Logs of a job's pods from the worker that ran it."""
+        worker = next((w for w in self.workers if w.cluster == update.cluster), None)
+        run = worker.runs.get(update.uid) if worker else None
+        if worker is None or run is None:
+            return {}
+        return {name: await worker.backend.pod_logs(update.uid, name) for name in run.pods}

@@ -1,0 +1,61 @@
+"""Producer side of the bus: submit jobs and requests, follow status events."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+from bus.base import Bus
+from bus.events import publish_event
+from bus.topics import Topics
+from schemas.codec import decode_event
+from schemas.errors import EventDecodeError
+from schemas.events import EventType, JobRef, JobStatusUpdate, JobSubmitted, make_event
+from schemas.job_parsing import job_uid_of
+
+SOURCE = "trainhub/producer"
+
+
+async def submit_document(bus: Bus, topics: Topics, document: dict[str, Any]) -> str:
+    """Publish a job document as `job.submitted`; returns the job uid (the record key)."""
+    uid = job_uid_of(document)
+    if uid is None:
+        raise ValueError("the job has no metadata.name (or uid) to identify it")
+    event = make_event(EventType.JOB_SUBMITTED, SOURCE, uid, JobSubmitted(job=document))
+    await publish_event(bus, topics.jobs, uid, event)
+    return uid
+
+
+async def request(bus: Bus, topics: Topics, event_type: str, uid: str) -> None:
+    """Send a delete / suspend / resume request for a job."""
+    await publish_event(bus, topics.jobs, uid, make_event(event_type, SOURCE, uid, JobRef(uid=uid)))
+
+
+async def follow_status(
+    bus: Bus,
+    topics: Topics,
+    uids: Iterable[str] | None = None,
+    *,
+    from_time_ms: int | None = None,
+    poll_timeout: float = 0.5,
+) -> AsyncIterator[JobStatusUpdate]:
+    """Status updates from the start of the topic (or a time), for some or all jobs."""
+    wanted = set(uids) if uids is not None else None
+    subscription = bus.subscribe([topics.status], group=None, start_from="earliest")
+    await subscription.start()
+    try:
+        if from_time_ms is not None:
+            await subscription.seek_to_time(from_time_ms)
+        while True:
+            for record in await subscription.poll(timeout=poll_timeout):
+                try:
+                    event = decode_event(record.headers, record.value)
+                except EventDecodeError:
+                    continue
+                if event.type != EventType.JOB_STATUS:
+                    continue
+                update = event.data_as(JobStatusUpdate)
+                if wanted is None or update.uid in wanted:
+                    yield update
+    finally:
+        await subscription.stop()

@@ -1,0 +1,562 @@
+"""Start and stop a throwaway single-node Kafka 4.x broker (KRaft) run from Maven Central jars.
+
+The jars are resolved once into a per-version cache; each broker gets its own work directory,
+loopback ports and a fresh cluster, optionally with a SASL_PLAINTEXT SCRAM-SHA-512 listener.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import hashlib
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import time
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trainhub.sandbox.errors import SandboxError
+
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+KAFKA_DEPLOY_DIR = _REPO_ROOT / "deploy" / "sandbox" / "kafka"
+KAFKA_POM = KAFKA_DEPLOY_DIR / "pom.xml"
+KAFKA_LOG4J_CONFIG = KAFKA_DEPLOY_DIR / "log4j2.properties"
+
+# 3.8.1 and 3.11.0 both run on Maven 3.8.7; pinned so a resolve never depends on plugin lookup.
+DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+NODE_ID = 1
+LOOPBACK = "127.0.0.1"
+
+_POM_NS = "{http://maven.apache.org/POM/4.0.0}"
+_MAVEN_TIMEOUT_S = 900.0
+_STOP_TIMEOUT_S = 15.0
+_KILL_TIMEOUT_S = 5.0
+_POLL_INTERVAL_S = 0.25
+_PROBE_TIMEOUT_S = 2.0
+_LOG_TAIL_LINES = 40
+_OUTPUT_TAIL_LINES = 40
+_SCRAM_ITERATIONS = 8192
+# C1 only and the serial collector: on a busy 2-core machine they cut a start from ~15 s to
+# ~9 s and leave the cores to the tests; a sandbox broker never runs long enough for C2 to pay.
+_FAST_START_JVM_OPTS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Djava.awt.headless=true")
+_BROKER_JVM_OPTS = ("-Xms256m", "-Xmx512m", *_FAST_START_JVM_OPTS)
+_TOOL_JVM_OPTS = ("-Xmx256m", *_FAST_START_JVM_OPTS)
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+
+# Brokers this process launched, so stop_kafka can reap them instead of leaving zombies (and
+# so the Popen objects are not collected while running, which warns).
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+@dataclass(frozen=True)
+class KafkaBroker:
+    """A running sandbox broker and how to reach it."""
+
+    bootstrap: str
+    pid: int
+    workdir: Path
+    log_path: Path
+    config_path: Path
+    cluster_id: str
+    sasl_bootstrap: str | None = None
+    scram_username: str | None = None
+    scram_password: str | None = field(default=None, repr=False)
+
+
+# --- jars -------------------------------------------------------------------------------------
+
+
+def kafka_version(pom: Path = KAFKA_POM) -> str:
+    """The Kafka release the sandbox pom pins (its `kafka.version` property)."""
+    node = ElementTree.parse(pom).getroot().find(f"{_POM_NS}properties/{_POM_NS}kafka.version")
+    if node is None or not (node.text or "").strip():
+        raise SandboxError(f"{pom} has no <kafka.version> property")
+    return (node.text or "").strip()
+
+
+def default_cache_dir() -> Path:
+    """The sandbox cache root: `$TRAINHUB_CACHE_DIR/sandbox` (default `~/.cache/trainhub`)."""
+    base = os.environ.get("TRAINHUB_CACHE_DIR") or str(Path.home() / ".cache" / "trainhub")
+    return Path(base) / "sandbox"
+
+
+def resolve_kafka_classpath(cache_dir: Path | None = None) -> Path:
+    """Return the folder of broker jars (use `<folder>/*` as the class path), resolving it once.
+
+    `cache_dir` replaces the sandbox cache root (see `default_cache_dir`); the jars land in
+    `<root>/kafka-<version>/lib`. A later call reuses them while the pom is unchanged.
+    """
+    version_dir = (cache_dir or default_cache_dir()) / f"kafka-{kafka_version()}"
+    lib = version_dir / "lib"
+    marker = version_dir / "resolved.sha256"
+    pom_digest = hashlib.sha256(KAFKA_POM.read_bytes()).hexdigest()
+    version_dir.mkdir(parents=True, exist_ok=True)
+    # Parallel test sessions share the cache: one resolves, the others wait and reuse it.
+    with _file_lock(version_dir / ".lock"):
+        if marker.is_file() and marker.read_text().strip() == pom_digest:
+            return lib
+        marker.unlink(missing_ok=True)
+        # Jars of an interrupted or older resolve would otherwise sit on the class path too.
+        shutil.rmtree(lib, ignore_errors=True)
+        _copy_dependencies(lib)
+        marker.write_text(pom_digest + "\n")
+    return lib
+
+
+@contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _copy_dependencies(lib: Path) -> None:
+    command = [
+        _executable("mvn", "Maven"),
+        "-B",
+        "-q",
+        "-Dstyle.color=never",
+        "-f",
+        str(KAFKA_POM),
+        f"{DEPENDENCY_PLUGIN}:copy-dependencies",
+        f"-DoutputDirectory={lib}",
+        "-DincludeScope=runtime",
+    ]
+    result = _run_tool(command, "resolving the Kafka jars with Maven", _MAVEN_TIMEOUT_S)
+    if not any(lib.glob("kafka_2.13-*.jar")):
+        raise SandboxError(
+            f"Maven finished but {lib} holds no kafka_2.13 jar\n{_tail(result, _OUTPUT_TAIL_LINES)}"
+        )
+
+
+def _executable(name: str, what: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        raise SandboxError(f"{what} ({name}) is not on PATH; the Kafka sandbox needs it")
+    return found
+
+
+def _java() -> str:
+    # JAVA_HOME wins over PATH, as in Kafka's own launch scripts.
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").is_file():
+        return str(Path(java_home) / "bin" / "java")
+    return _executable("java", "Java 17+")
+
+
+def _run_tool(command: list[str], what: str, timeout: float) -> str:
+    try:
+        result = subprocess.run(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=max(timeout, 1.0),
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        output = exc.output if isinstance(exc.output, str) else ""
+        raise SandboxError(
+            f"{what} timed out after {timeout:.0f}s\n{_tail(output, _OUTPUT_TAIL_LINES)}"
+        ) from exc
+    if result.returncode != 0:
+        raise SandboxError(
+            f"{what} failed (exit code {result.returncode}): {' '.join(command[:3])} ...\n"
+            f"{_tail(result.stdout, _OUTPUT_TAIL_LINES)}"
+        )
+    return result.stdout
+
+
+def _tail(text: str, lines: int) -> str:
+    return "\n".join(_ANSI_ESCAPE.sub("", text).rstrip().splitlines()[-lines:])
+
+
+# --- start ------------------------------------------------------------------------------------
+
+
+def start_kafka(
+    workdir: Path,
+    *,
+    scram_users: dict[str, str] | None = None,
+    timeout: float = 90,
+) -> KafkaBroker:
+    """Format a fresh single-node cluster in `workdir`, start it detached and wait until ready.
+
+    With `scram_users` (name -> password) a SASL_PLAINTEXT SCRAM-SHA-512 listener opens too and
+    the users exist from the first moment; the first one is reported as the admin. `timeout`
+    covers formatting and boot, not the one-off jar resolve. On failure the broker is stopped
+    and `SandboxError` carries the cause and the tail of its log.
+    """
+    users = dict(scram_users or {})
+    _check_scram_users(users)
+    lib = resolve_kafka_classpath()
+    deadline = time.monotonic() + timeout
+    workdir = workdir.resolve()
+    data_dir = workdir / "kraft-data"
+    if data_dir.exists():
+        raise SandboxError(f"{data_dir} already exists; start each broker in a fresh workdir")
+    data_dir.mkdir(parents=True)
+    ports = _free_ports(3 if users else 2)
+    config_path = workdir / "server.properties"
+    _write_properties(config_path, _server_properties(data_dir, ports))
+    cluster_id = _new_cluster_id()
+    _format_storage(lib, config_path, cluster_id, users, deadline - time.monotonic())
+    log_path = workdir / "kafka.log"
+    process = _launch(lib, config_path, log_path)
+    bootstrap = f"{LOOPBACK}:{ports[0]}"
+    _await_ready(process, ports[0], deadline, timeout, log_path)
+    admin = next(iter(users.items()), None)
+    return KafkaBroker(
+        bootstrap=bootstrap,
+        pid=process.pid,
+        workdir=workdir,
+        log_path=log_path,
+        config_path=config_path,
+        cluster_id=cluster_id,
+        sasl_bootstrap=f"{LOOPBACK}:{ports[2]}" if users else None,
+        scram_username=admin[0] if admin else None,
+        scram_password=admin[1] if admin else None,
+    )
+
+
+def _check_scram_users(users: Mapping[str, str]) -> None:
+    for name, password in users.items():
+        # StorageTool splits --add-scram on commas and has no escape for them.
+        if not name or "," in name or '"' in name:
+            raise ValueError(f"SCRAM user name {name!r} must be non-empty without ',' or '\"'")
+        if not password:
+            raise ValueError(f"SCRAM user {name!r} needs a non-empty password")
+
+
+def _free_ports(count: int) -> list[int]:
+    # Hold every socket until all are picked so the kernel hands out distinct ports.
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind((LOOPBACK, 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _server_properties(data_dir: Path, ports: list[int]) -> dict[str, str]:
+    broker_port, controller_port = ports[0], ports[1]
+    listeners = {"PLAINTEXT": broker_port, "CONTROLLER": controller_port}
+    if len(ports) > 2:
+        listeners["SASL_PLAINTEXT"] = ports[2]
+    advertised = {name: port for name, port in listeners.items() if name != "CONTROLLER"}
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": str(NODE_ID),
+        # A static voter set: the storage is formatted without --standalone.
+        "controller.quorum.voters": f"{NODE_ID}@{LOOPBACK}:{controller_port}",
+        "listeners": _listener_list(listeners),
+        "advertised.listeners": _listener_list(advertised),
+        "listener.security.protocol.map": ",".join(
+            f"{name}:{'PLAINTEXT' if name == 'CONTROLLER' else name}" for name in listeners
+        ),
+        "inter.broker.listener.name": "PLAINTEXT",
+        "controller.listener.names": "CONTROLLER",
+        "log.dirs": str(data_dir),
+        # One node: every internal topic must be satisfiable with a single replica.
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "share.coordinator.state.topic.num.partitions": "1",
+        "min.insync.replicas": "1",
+        "num.partitions": "1",
+        # Tests join groups constantly; the default 3 s delay would slow every one of them.
+        "group.initial.rebalance.delay.ms": "0",
+        # Topics come from our own topic setup, so a typo fails instead of silently appearing.
+        "auto.create.topics.enable": "false",
+        # Fewer threads than the defaults: the sandbox shares small machines with the tests.
+        "num.network.threads": "2",
+        "num.io.threads": "2",
+    }
+    if "SASL_PLAINTEXT" in listeners:
+        props["sasl.enabled.mechanisms"] = SCRAM_MECHANISM
+        # The server side needs a login module but no credentials: users live in the metadata.
+        props[f"listener.name.sasl_plaintext.{SCRAM_MECHANISM.lower()}.sasl.jaas.config"] = (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        )
+    return props
+
+
+def _listener_list(listeners: Mapping[str, int]) -> str:
+    return ",".join(f"{name}://{LOOPBACK}:{port}" for name, port in listeners.items())
+
+
+def _write_properties(path: Path, props: Mapping[str, str]) -> None:
+    # Backslash is the only character Java's Properties reader would mangle in our values.
+    lines = [f"{key}={value.replace(chr(92), chr(92) * 2)}" for key, value in props.items()]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _new_cluster_id() -> str:
+    # Kafka's Uuid text form: URL-safe base64 of 16 bytes without padding; like
+    # Uuid.randomUuid we skip ids starting with '-', which command lines take for flags.
+    while True:
+        cluster_id = base64.urlsafe_b64encode(secrets.token_bytes(16)).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
+def _scram_credential(name: str, password: str) -> str:
+    # Passing the salted password keeps the clear one off the command line and frees it from
+    # StorageTool's comma-splitting; SCRAM's Hi() is PBKDF2 with the hash's own output size.
+    salt = secrets.token_bytes(16)
+    salted = hashlib.pbkdf2_hmac("sha512", password.encode(), salt, _SCRAM_ITERATIONS)
+    return (
+        f'{SCRAM_MECHANISM}=[name="{name}",iterations={_SCRAM_ITERATIONS},'
+        f'salt="{base64.b64encode(salt).decode()}",'
+        f'saltedpassword="{base64.b64encode(salted).decode()}"]'
+    )
+
+
+def _format_storage(
+    lib: Path, config_path: Path, cluster_id: str, users: Mapping[str, str], timeout: float
+) -> None:
+    command = [
+        _java(),
+        *_TOOL_JVM_OPTS,
+        f"-Dlog4j2.configurationFile={KAFKA_LOG4J_CONFIG.as_uri()}",
+        "-cp",
+        f"{lib}/*",
+        "kafka.tools.StorageTool",
+        "format",
+        "--cluster-id",
+        cluster_id,
+        "--config",
+        str(config_path),
+    ]
+    for name, password in users.items():
+        command += ["--add-scram", _scram_credential(name, password)]
+    _run_tool(command, "formatting the Kafka storage (kafka.tools.StorageTool)", timeout)
+
+
+def _launch(lib: Path, config_path: Path, log_path: Path) -> subprocess.Popen[bytes]:
+    command = [
+        _java(),
+        *_BROKER_JVM_OPTS,
+        f"-Dlog4j2.configurationFile={KAFKA_LOG4J_CONFIG.as_uri()}",
+        "-cp",
+        f"{lib}/*",
+        "kafka.Kafka",
+        str(config_path),
+    ]
+    with log_path.open("ab") as log:
+        # Its own session: a Ctrl-C aimed at the test run must not kill the broker mid-teardown.
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=config_path.parent,
+            start_new_session=True,
+        )
+    _CHILDREN[process.pid] = process
+    return process
+
+
+def _await_ready(
+    process: subprocess.Popen[bytes], port: int, deadline: float, timeout: float, log_path: Path
+) -> None:
+    try:
+        while True:
+            returncode = process.poll()
+            if returncode is not None:
+                raise SandboxError(f"Kafka exited with code {returncode} before it was ready")
+            if _broker_answers_metadata(port):
+                return
+            if time.monotonic() >= deadline:
+                raise SandboxError(
+                    f"Kafka did not answer a metadata request on {LOOPBACK}:{port} "
+                    f"within {timeout:.0f}s"
+                )
+            time.sleep(_POLL_INTERVAL_S)
+    except BaseException as exc:
+        stop_kafka(process.pid)
+        if isinstance(exc, SandboxError):
+            raise SandboxError(f"{exc}\n{_log_tail(log_path)}") from exc
+        raise
+
+
+def _log_tail(log_path: Path) -> str:
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError as exc:
+        return f"(no broker log at {log_path}: {exc})"
+    return f"--- last {_LOG_TAIL_LINES} lines of {log_path} ---\n{_tail(text, _LOG_TAIL_LINES)}"
+
+
+# --- readiness probe: a real Metadata request over the Kafka wire protocol -------------------
+
+_API_METADATA = 3
+_API_VERSIONS = 18
+# Versions 1-8 share the non-flexible encoding parsed below.
+_METADATA_VERSIONS = range(1, 9)
+
+
+def _broker_answers_metadata(port: int) -> bool:
+    """Whether the broker lists itself in a Metadata response (so it serves clients)."""
+    try:
+        with socket.create_connection((LOOPBACK, port), timeout=_PROBE_TIMEOUT_S) as sock:
+            version = _pick_metadata_version(_request(sock, _API_VERSIONS, 0, b""))
+            if version is None:
+                return False
+            body = struct.pack(">i", 0)  # an empty topic list: brokers only
+            if version >= 4:
+                body += b"\x00"  # allow_auto_topic_creation
+            if version >= 8:
+                body += b"\x00\x00"  # include cluster/topic authorized operations
+            brokers = _metadata_brokers(_request(sock, _API_METADATA, version, body), version)
+    except (OSError, EOFError, struct.error):
+        return False
+    return (NODE_ID, port) in brokers
+
+
+def _request(sock: socket.socket, api_key: int, version: int, body: bytes) -> bytes:
+    client_id = b"trainhub-sandbox"
+    header = struct.pack(">hhih", api_key, version, 1, len(client_id)) + client_id
+    sock.sendall(struct.pack(">i", len(header) + len(body)) + header + body)
+    (size,) = struct.unpack(">i", _recv_exactly(sock, 4))
+    return _recv_exactly(sock, size)[4:]  # drop the correlation id
+
+
+def _recv_exactly(sock: socket.socket, size: int) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < size:
+        chunk = sock.recv(size - len(chunks))
+        if not chunk:
+            raise EOFError("connection closed mid-response")
+        chunks += chunk
+    return bytes(chunks)
+
+
+def _pick_metadata_version(api_versions: bytes) -> int | None:
+    error_code, count = struct.unpack_from(">hi", api_versions, 0)
+    if error_code != 0:
+        return None
+    for index in range(count):
+        api_key, low, high = struct.unpack_from(">hhh", api_versions, 6 + 6 * index)
+        if api_key == _API_METADATA:
+            usable = [v for v in _METADATA_VERSIONS if low <= v <= high]
+            return usable[0] if usable else None
+    return None
+
+
+def _metadata_brokers(response: bytes, version: int) -> set[tuple[int, int]]:
+    offset = 4 if version >= 3 else 0  # throttle_time_ms
+    (count,) = struct.unpack_from(">i", response, offset)
+    offset += 4
+    brokers: set[tuple[int, int]] = set()
+    for _ in range(count):
+        node_id, host_len = struct.unpack_from(">ih", response, offset)
+        offset += 6 + host_len
+        port, rack_len = struct.unpack_from(">ih", response, offset)
+        offset += 6 + max(rack_len, 0)
+        brokers.add((node_id, port))
+    return brokers
+
+
+# --- stop -------------------------------------------------------------------------------------
+
+
+def stop_kafka(broker_or_pid: KafkaBroker | int, *, timeout: float = _STOP_TIMEOUT_S) -> None:
+    """Stop a sandbox broker by its PID: SIGTERM, up to `timeout` s of grace, then SIGKILL.
+
+    A PID whose command line shows it is no longer our broker (it exited and the number was
+    reused) is left alone: the broker is already gone.
+    """
+    if isinstance(broker_or_pid, KafkaBroker):
+        pid, expected = broker_or_pid.pid, str(broker_or_pid.config_path)
+    else:
+        pid, expected = broker_or_pid, "kafka.Kafka"
+    try:
+        if not _is_alive(pid) or not _is_our_broker(pid, expected):
+            return
+        _signal(pid, signal.SIGTERM)
+        if _wait_gone(pid, timeout):
+            return
+        _signal(pid, signal.SIGKILL)
+        if not _wait_gone(pid, _KILL_TIMEOUT_S):
+            raise SandboxError(f"Kafka broker PID {pid} survived SIGKILL")
+    finally:
+        if not _is_alive(pid):
+            _CHILDREN.pop(pid, None)
+
+
+def _signal(pid: int, signum: signal.Signals) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass  # exited between the check and the signal
+
+
+def _is_our_broker(pid: int, expected: str) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # no /proc to ask (not Linux): trust the caller's PID
+    return expected in cmdline
+
+
+def _is_alive(pid: int) -> bool:
+    child = _CHILDREN.get(pid)
+    if child is not None:
+        return child.poll() is None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return _signal_zero_succeeds(pid)
+    # A zombie (Z) or dead (X) process has exited; only its parent's reaping is left.
+    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
+
+
+def _signal_zero_succeeds(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    child = _CHILDREN.get(pid)
+    if child is not None:
+        try:
+            child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    deadline = time.monotonic() + timeout
+    while _is_alive(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True

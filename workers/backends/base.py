@@ -1,0 +1,76 @@
+"""The backend interface: how a worker makes pods and services exist in its cluster."""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from dataclasses import dataclass, field
+from typing import Literal
+
+from schemas.cluster import NodeSnapshot
+from workers.network import ClusterNetwork, Network
+from workers.rendering import PodPlan, ServicePlan
+
+PodPhase = Literal["Pending", "Running", "Succeeded", "Failed"]
+SIM_DURATION = "trainhub.io/sim-duration"
+SIM_EXIT_CODE = "trainhub.io/sim-exit-code"
+
+
+@dataclass(frozen=True)
+class PodObservation:
+    job_uid: str
+    name: str
+    phase: PodPhase
+    exit_code: int | None = None
+    message: str | None = None
+    node: str | None = None
+
+
+@dataclass
+class Capacity:
+    nodes: list[NodeSnapshot]
+    jobs: set[str] = field(default_factory=set)
+    """Jobs whose pods the nodes' `requested` already counts."""
+
+
+class Backend(abc.ABC):
+    kind: str
+
+    def __init__(self) -> None:
+        self.observations: asyncio.Queue[PodObservation] = asyncio.Queue()
+
+    def network(self) -> Network:
+        """A network view for one job's rendering (local backends remap its ports)."""
+        return ClusterNetwork()
+
+    async def start(self) -> None:
+        """Connect; called once before anything else."""
+
+    async def close(self) -> None:
+        """Stop watching and release connections (pods stay where the cluster keeps them)."""
+
+    @abc.abstractmethod
+    async def create_service(self, job_uid: str, service: ServicePlan) -> None:
+        """Create, or accept that it already exists."""
+
+    @abc.abstractmethod
+    async def create_pod(self, job_uid: str, pod: PodPlan) -> None:
+        """Create, or accept that it already exists; its phases arrive as observations."""
+
+    @abc.abstractmethod
+    async def delete_pod(self, job_uid: str, name: str, namespace: str) -> None:
+        """Delete the pod and its service; missing is fine."""
+
+    @abc.abstractmethod
+    async def delete_job(self, job_uid: str) -> None:
+        """Delete every object labelled with the job's uid."""
+
+    @abc.abstractmethod
+    async def capacity(self) -> Capacity: ...
+
+    @abc.abstractmethod
+    async def job_uids(self) -> set[str]:
+        """Jobs that have objects in the cluster (for adoption after a restart)."""
+
+    @abc.abstractmethod
+    async def pod_logs(self, job_uid: str, name: str) -> str: ...

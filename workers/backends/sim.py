@@ -1,0 +1,108 @@
+"""`sim`: pods take no real resources and end after the time in their annotations."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from bus.aiotasks import TaskOwner
+from workers.backends.base import (
+    SIM_DURATION,
+    SIM_EXIT_CODE,
+    Backend,
+    Capacity,
+    PodObservation,
+    PodPhase,
+)
+from workers.backends.node_pool import NodePool
+from workers.durations import parse_duration
+from workers.rendering import PodPlan, ServicePlan
+
+DEFAULT_DURATION = 1.0
+
+
+@dataclass
+class _SimPod:
+    job_uid: str
+    plan: PodPlan
+    phase: PodPhase = "Pending"
+    node: str | None = None
+
+
+class SimBackend(Backend):
+    kind = "sim"
+
+    def __init__(self, pool: NodePool, *, time_scale: float = 1.0) -> None:
+        super().__init__()
+        self.pool = pool
+        self.time_scale = time_scale
+        self._pods: dict[str, _SimPod] = {}
+        self._services: dict[str, str] = {}
+        self._tasks = TaskOwner("sim")
+
+    async def close(self) -> None:
+        await self._tasks.cancel_all()
+
+    async def create_service(self, job_uid: str, service: ServicePlan) -> None:
+        self._services[f"{service.namespace}/{service.name}"] = job_uid
+
+    async def create_pod(self, job_uid: str, pod: PodPlan) -> None:
+        key = f"{pod.namespace}/{pod.name}"
+        if key in self._pods:
+            return
+        self._pods[key] = _SimPod(job_uid, pod)
+        await self._emit(self._pods[key])
+        self._bind_pending()
+
+    def _bind_pending(self) -> None:
+        for key, pod in self._pods.items():
+            if pod.phase != "Pending" or pod.node is not None:
+                continue
+            node = self.pool.bind(key, pod.plan.requests, dict(pod.plan.spec.nodeSelector or {}))
+            if node is not None:
+                pod.node = node
+                self._tasks.spawn(self._run(key, pod), key)
+
+    async def _run(self, key: str, pod: _SimPod) -> None:
+        pod.phase = "Running"
+        await self._emit(pod)
+        annotations = pod.plan.annotations
+        duration = parse_duration(annotations.get(SIM_DURATION, str(DEFAULT_DURATION)))
+        exit_code = int(annotations.get(SIM_EXIT_CODE, "0"))
+        await asyncio.sleep(duration * self.time_scale)
+        if self._pods.get(key) is not pod:
+            return
+        pod.phase = "Succeeded" if exit_code == 0 else "Failed"
+        self.pool.unbind(key)
+        await self._emit(pod, exit_code)
+        self._bind_pending()
+
+    async def _emit(self, pod: _SimPod, exit_code: int | None = None) -> None:
+        await self.observations.put(
+            PodObservation(pod.job_uid, pod.plan.name, pod.phase, exit_code, node=pod.node)
+        )
+
+    async def delete_pod(self, job_uid: str, name: str, namespace: str) -> None:
+        key = f"{namespace}/{name}"
+        if self._pods.pop(key, None) is not None:
+            self.pool.unbind(key)
+            self._bind_pending()
+        self._services.pop(key, None)
+
+    async def delete_job(self, job_uid: str) -> None:
+        for key in [k for k, p in self._pods.items() if p.job_uid == job_uid]:
+            namespace, name = key.split("/", 1)
+            await self.delete_pod(job_uid, name, namespace)
+        for key in [k for k, uid in self._services.items() if uid == job_uid]:
+            del self._services[key]
+
+    async def capacity(self) -> Capacity:
+        jobs = {p.job_uid for p in self._pods.values() if p.node and p.phase == "Running"}
+        return Capacity(self.pool.snapshots(), jobs)
+
+    async def job_uids(self) -> set[str]:
+        return {p.job_uid for p in self._pods.values()}
+
+    async def pod_logs(self, job_uid: str, name: str) -> str:
+        pod = next((p for p in self._pods.values() if p.plan.name == name), None)
+        return "" if pod is None else f"[sim] {name} is {pod.phase}\n"
