@@ -86,6 +86,10 @@ class Subscription(abc.ABC):
     async def seek_to_time(self, timestamp_ms: int) -> None:
         """Move every assigned partition to the first record at or after the time."""
 
+    @abc.abstractmethod
+    async def lag(self) -> int:
+        """Records after the current position of every assigned partition."""
+
     async def __aenter__(self) -> Subscription:
         await self.start()
         return self
@@ -110,6 +114,19 @@ class Bus(abc.ABC):
         self, topic: str, value: bytes, *, key: bytes | None = None, headers: Headers = ()
     ) -> RecordMetadata:
         """Durably append one record (acknowledged by every in-sync replica)."""
+
+    async def send(
+        self, topic: str, value: bytes, *, key: bytes | None = None, headers: Headers = ()
+    ) -> None:
+        """Queue one record without waiting for it; `flush` waits for everything queued.
+
+        Order per key is kept. Use it on hot paths and call `flush` before committing
+        the offsets of the input that caused the records.
+        """
+        await self.publish(topic, value, key=key, headers=headers)
+
+    async def flush(self) -> None:
+        """Wait until every record queued with `send` is durable."""
 
     @abc.abstractmethod
     def subscribe(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
-from bus.base import Bus, Record, Subscription, TopicPartition
+from bus.base import Bus, Record, StartFrom, TopicPartition
 from bus.dead_letters import dead_letter
 from schemas.codec import decode_event, encode_event
 from schemas.errors import EventDecodeError
@@ -17,13 +17,23 @@ log = logging.getLogger(__name__)
 EventHandler = Callable[[CloudEvent, Record], Awaitable[None]]
 
 
-async def publish_event(bus: Bus, topic: str, key: str, event: CloudEvent) -> None:
+async def publish_event(
+    bus: Bus, topic: str, key: str, event: CloudEvent, *, wait: bool = True
+) -> None:
+    """Publish one event; with `wait=False` it is only queued (see `Bus.flush`)."""
     headers, body = encode_event(event)
-    await bus.publish(topic, body, key=key.encode(), headers=tuple(headers))
+    if wait:
+        await bus.publish(topic, body, key=key.encode(), headers=tuple(headers))
+    else:
+        await bus.send(topic, body, key=key.encode(), headers=tuple(headers))
 
 
 class EventConsumer:
-    """Runs one subscription: decode, hand to the handler, commit after the handler returns.
+    """Runs one subscription: decode, hand to the handler, commit once the effects are durable.
+
+    Handlers may queue their output with `publish_event(..., wait=False)`: the bus is flushed
+    before offsets are committed, so a crash in between redelivers the input (at-least-once)
+    and handlers make that harmless by being idempotent.
 
     Undecodable records go to the dead-letter topic and are committed past, so a poison
     record never blocks its partition. A handler that raises ValueError has judged the event
@@ -34,36 +44,63 @@ class EventConsumer:
     def __init__(
         self,
         bus: Bus,
-        subscription: Subscription,
+        topics: Sequence[str],
         handler: EventHandler,
         *,
+        group: str | None,
         dead_letter_topic: str,
         component: str,
+        start_from: StartFrom = "earliest",
         on_dead_letter: Callable[[Record, str], Awaitable[None]] | None = None,
     ) -> None:
         self._bus = bus
-        self.subscription = subscription
+        self.subscription = bus.subscribe(
+            topics, group=group, start_from=start_from, on_revoke=self._on_revoke
+        )
         self._handler = handler
         self._dlq = dead_letter_topic
         self._component = component
         self._on_dead_letter = on_dead_letter
+        self._processed: dict[TopicPartition, int] = {}
         self.idle = asyncio.Event()
 
     async def run(self) -> None:
         while True:
-            records = await self.subscription.poll(timeout=0.5)
-            if not records:
-                self.idle.set()
-                continue
-            self.idle.clear()
-            await self.process(records)
+            await self.poll_once(timeout=0.5)
+
+    async def poll_once(self, timeout: float = 0.5) -> int:
+        records = await self.subscription.poll(timeout=timeout)
+        if not records:
+            self.idle.set()
+            return 0
+        self.idle.clear()
+        await self.process(records)
+        return len(records)
+
+    async def catch_up(self) -> int:
+        """Handle everything already in the topics; returns how many records that was."""
+        handled = 0
+        while True:
+            handled += await self.poll_once(timeout=0.2)
+            if await self.subscription.lag() == 0:
+                return handled
 
     async def process(self, records: list[Record]) -> None:
-        offsets: dict[TopicPartition, int] = {}
         for record in records:
             await self._handle_one(record)
-            offsets[record.tp] = record.offset + 1
+            self._processed[record.tp] = record.offset + 1
+        await self._commit_processed()
+
+    async def _commit_processed(self) -> None:
+        if not self._processed:
+            return
+        offsets, self._processed = self._processed, {}
+        await self._bus.flush()
         await self.subscription.commit(offsets)
+
+    async def _on_revoke(self, revoked: set[TopicPartition]) -> None:
+        # Whatever was handled must be committed before another member takes over.
+        await self._commit_processed()
 
     async def _handle_one(self, record: Record) -> None:
         try:

@@ -243,6 +243,9 @@ class MemorySubscription(Subscription):
             if tp in self._positions:
                 group.committed[tp] = offset
 
+    async def lag(self) -> int:
+        return sum(self._bus._end_offset(tp) - pos for tp, pos in self._positions.items())
+
     async def seek_to_time(self, timestamp_ms: int) -> None:
         for tp in self._positions:
             log = self._bus._logs[tp.topic][tp.partition]

@@ -11,8 +11,10 @@ from prometheus_client import CollectorRegistry
 
 from bus.aiotasks import TaskOwner
 from bus.base import Bus, Record
-from bus.events import EventConsumer, publish_event
+from bus.events import EventConsumer, EventHandler, publish_event
 from bus.topics import Topics
+from dispatcher.demand import job_demand
+from dispatcher.gang_fit import NodeRoom, gang_fit
 from dispatcher.ledger import JobRecord, Ledger
 from dispatcher.metrics import HubMetrics
 from dispatcher.placement import Placement, plan_placement
@@ -75,23 +77,61 @@ class Hub:
         self._wake = asyncio.Event()
         self._assignment_topics: set[str] = set()
         self._consumers: list[EventConsumer] = []
+        self._replaying = False
 
     # -- lifecycle --------------------------------------------------------------------
 
     async def start(self) -> None:
         await self.bus.create_topics(self.topics.shared_specs())
         group = f"{self.topics.prefix}-hub"
-        self._consumers = [
-            self._consumer([self.topics.jobs], group, self._on_job_event),
-            self._consumer([self.topics.status], group, self._on_status_event),
-            # No group: every hub instance needs every cluster's newest heartbeat.
-            self._consumer([self.topics.clusters], None, self._on_heartbeat),
-        ]
+        # Status and heartbeats are read whole by every hub instance (no group): together
+        # they are the hub's state, so a restarted hub rebuilds it by reading them again.
+        status = self._consumer([self.topics.status], None, self._on_status_event)
+        clusters = self._consumer([self.topics.clusters], None, self._on_heartbeat)
+        jobs = self._consumer([self.topics.jobs], group, self._on_job_event)
+        self._consumers = [status, clusters, jobs]
         for consumer in self._consumers:
             await consumer.subscription.start()
+        await self._rebuild(status, clusters)
+        for consumer in self._consumers:
             self._tasks.spawn(consumer.run(), "consume")
         self._tasks.spawn(self._schedule_loop(), "schedule")
-        log.info("hub started", extra={"topics": self.topics.prefix})
+        log.info("hub started", extra={"topic": self.topics.prefix})
+
+    async def _rebuild(self, status: EventConsumer, clusters: EventConsumer) -> None:
+        self._replaying = True
+        replayed = await status.catch_up()
+        await clusters.catch_up()
+        self._replaying = False
+        if not replayed:
+            return
+        for record in self.ledger.in_phase(JobPhase.ASSIGNED, JobPhase.CREATED):
+            self._restore_reservation(record)
+        for record in self.ledger.in_phase(JobPhase.ASSIGNED):
+            # The assignment may never have reached the worker; the same attempt again is
+            # harmless there (workers ignore an attempt they already run).
+            await self._send_assignment(record)
+        await self.bus.flush()
+        log.info(
+            "hub state rebuilt from %d status events: %d jobs, %d queued, %d placed",
+            replayed,
+            len(self.ledger.all()),
+            len(self.ledger.in_phase(JobPhase.QUEUED)),
+            len(self.ledger.in_phase(*_PLACED)),
+        )
+
+    def _restore_reservation(self, record: JobRecord) -> None:
+        snapshot = self.clusters.get(record.cluster or "")
+        if snapshot is None or record.job is None or record.uid in snapshot.jobs:
+            return
+        fit = gang_fit([NodeRoom.of(n) for n in snapshot.nodes], job_demand(record.job))
+        if fit.fits:
+            self.reservations.reserve(snapshot.name, record.uid, fit.usage)
+
+    @property
+    def crashed(self) -> asyncio.Future[BaseException] | None:
+        """Resolves with the exception of a background task that died."""
+        return self._tasks.failed
 
     async def stop(self) -> None:
         await self._tasks.cancel_all()
@@ -99,11 +139,14 @@ class Hub:
             await consumer.subscription.stop()
         log.info("hub stopped")
 
-    def _consumer(self, topics: list[str], group: str | None, handler: object) -> EventConsumer:
+    def _consumer(
+        self, topics: list[str], group: str | None, handler: EventHandler
+    ) -> EventConsumer:
         return EventConsumer(
             self.bus,
-            self.bus.subscribe(topics, group=group, start_from="earliest"),
-            handler,  # type: ignore[arg-type]
+            topics,
+            handler,
+            group=group,
             dead_letter_topic=self.topics.dead_letters,
             component=self.config.source,
             on_dead_letter=self._count_dead_letter,
@@ -135,19 +178,20 @@ class Hub:
             log.warning("rejected invalid job: %s", exc, extra={"job": uid, "event": event.id})
             raise
         known = self.ledger.get(job.uid)
-        if known is not None and known.phase != JobPhase.DELETED:
+        if known is not None and (known.phase != JobPhase.DELETED or known.submission == event.id):
             log.info(
                 "duplicate submission ignored (job is %s)",
                 known.phase,
                 extra={"job": job.uid, "event": event.id},
             )
             return
-        await self._admit(job)
+        await self._admit(job, event.id)
 
-    async def _admit(self, job: AnyJob) -> None:
+    async def _admit(self, job: AnyJob, submission: str) -> None:
         if not job.run_policy.managed_by_trainhub:
             manager = job.run_policy.managedBy or "kubeflow.org/training-operator (unset)"
             record = JobRecord.of(job, JobPhase.SKIPPED)
+            record.submission = submission
             self.ledger.put(record)
             await self._publish_status(
                 record,
@@ -156,8 +200,11 @@ class Hub:
             )
             return
         record = JobRecord.of(job, JobPhase.QUEUED)
+        record.submission = submission
         self.ledger.put(record)
-        await self._publish_status(record, reason="Queued", message="waiting for placement")
+        await self._publish_status(
+            record, reason="Queued", message="waiting for placement", with_job=True
+        )
         self._wake.set()
 
     async def _on_deleted(self, ref: JobRef) -> None:
@@ -182,9 +229,46 @@ class Hub:
     # -- status topic ---------------------------------------------------------------------
 
     async def _on_status_event(self, event: CloudEvent, record: Record) -> None:
-        if event.source == self.config.source or event.type != EventType.JOB_STATUS:
+        if event.type != EventType.JOB_STATUS:
             return
         update = event.data_as(JobStatusUpdate)
+        if event.source == self.config.source:
+            if self._replaying:
+                self._replay_own(update)
+            return
+        self._apply_worker_status(update)
+
+    def _replay_own(self, update: JobStatusUpdate) -> None:
+        """Re-apply a decision this hub (or its predecessor) published."""
+        record = self.ledger.get(update.uid)
+        if update.job is not None:
+            try:
+                job = parse_job(update.job)
+            except JobInvalid:
+                return
+            record = JobRecord.of(job, update.phase)
+            self.ledger.put(record)
+        elif record is None:
+            record = JobRecord(
+                uid=update.uid,
+                phase=update.phase,
+                name=update.name,
+                namespace=update.namespace,
+                kind=update.kind,
+                framework=update.framework,
+                queue=update.queue,
+            )
+            self.ledger.put(record)
+        record.phase = update.phase
+        record.cluster, record.attempt = update.cluster, update.attempt
+        record.reason, record.message = update.reason, update.message
+        record.submission = update.submission or record.submission
+        if update.placement is not None:
+            record.decision = update.placement
+        if update.phase == JobPhase.ASSIGNED:
+            record.sequence = 0
+
+    def _apply_worker_status(self, update: JobStatusUpdate) -> None:
         job = self.ledger.get(update.uid)
         if job is None:
             log.warning("status for an unknown job ignored", extra={"job": update.uid})
@@ -205,8 +289,10 @@ class Hub:
         job.phase = update.phase
         job.status = update.status
         job.reason, job.message = update.reason, update.message
-        if job.phase.finished:
+        if job.phase not in (JobPhase.ASSIGNED, JobPhase.CREATED):
+            # Running pods show in heartbeats from now on; finished ones free capacity.
             self.reservations.release(job.uid)
+        if job.phase.finished:
             self._wake.set()
 
     # -- clusters topic -------------------------------------------------------------------
@@ -244,6 +330,7 @@ class Hub:
                 pass
             self._wake.clear()
             await self.schedule_pending()
+            await self.bus.flush()
             self._export_jobs()
 
     def plan(self, job: AnyJob, excluded: frozenset[str] = frozenset()) -> Placement:
@@ -293,19 +380,12 @@ class Hub:
         record.phase = JobPhase.ASSIGNED
         record.sequence = 0
         self.reservations.reserve(placement.chosen, record.uid, placement.usage)
-        assigned = JobAssigned(
-            uid=record.uid,
-            cluster=placement.chosen,
-            attempt=record.attempt,
-            job=record.job.to_document(),
-            placement=placement.decision,
-        )
-        # Status first: followers then always see Assigned before the worker's Created.
+        # Status first: followers, and a hub rebuilding its state, always see Assigned
+        # before anything the worker reports for this attempt.
         await self._publish_status(
             record, reason="Assigned", message=f"placed on {placement.chosen}"
         )
-        event = make_event(EventType.JOB_ASSIGNED, self.config.source, record.uid, assigned)
-        await self._publish_assignment(placement.chosen, record.uid, event)
+        await self._send_assignment(record)
         self.metrics.placement_latency.observe(time.monotonic() - record.queued_at)
         chosen_score = next(
             c.score for c in placement.decision.clusters if c.name == placement.chosen
@@ -319,16 +399,30 @@ class Hub:
             extra={"job": record.uid, "cluster": placement.chosen},
         )
 
+    async def _send_assignment(self, record: JobRecord) -> None:
+        assert record.job is not None and record.cluster is not None
+        assigned = JobAssigned(
+            uid=record.uid,
+            cluster=record.cluster,
+            attempt=record.attempt,
+            job=record.job.to_document(),
+            placement=record.decision,
+        )
+        event = make_event(EventType.JOB_ASSIGNED, self.config.source, record.uid, assigned)
+        await self._publish_assignment(record.cluster, record.uid, event)
+
     async def _publish_assignment(self, cluster: str, uid: str, event: CloudEvent) -> None:
         topic = self.topics.assignments(cluster)
         if topic not in self._assignment_topics:
             await self.bus.create_topics([self.topics.assignment_spec(cluster)])
             self._assignment_topics.add(topic)
-        await publish_event(self.bus, topic, uid, event)
+        await publish_event(self.bus, topic, uid, event, wait=False)
 
     # -- status out -----------------------------------------------------------------------
 
-    async def _publish_status(self, record: JobRecord, *, reason: str, message: str) -> None:
+    async def _publish_status(
+        self, record: JobRecord, *, reason: str, message: str, with_job: bool = False
+    ) -> None:
         record.reason, record.message = reason, message
         update = JobStatusUpdate(
             uid=record.uid,
@@ -343,9 +437,11 @@ class Hub:
             reason=reason,
             message=message,
             placement=record.decision,
+            submission=record.submission,
+            job=record.job.to_document() if with_job and record.job is not None else None,
         )
         event = make_event(EventType.JOB_STATUS, self.config.source, record.uid, update)
-        await publish_event(self.bus, self.topics.status, record.uid, event)
+        await publish_event(self.bus, self.topics.status, record.uid, event, wait=False)
 
     def _export_jobs(self) -> None:
         self.metrics.jobs.clear()

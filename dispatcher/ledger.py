@@ -30,6 +30,7 @@ class JobRecord:
     decision: PlacementDecision | None = None
     queued_at: float = field(default_factory=time.monotonic)
     excluded: set[str] = field(default_factory=set)
+    submission: str | None = None
 
     @classmethod
     def of(cls, job: AnyJob, phase: JobPhase) -> JobRecord:

@@ -123,3 +123,7 @@ class JobStatusUpdate(_Payload):
     message: str | None = None
     status: JobStatus | None = None
     placement: PlacementDecision | None = None
+    submission: str | None = None
+    """Id of the `job.submitted` event this run came from (dedupes redelivered submissions)."""
+    job: dict[str, Any] | None = None
+    """The job document, on the hub's first `Queued` update: a restarted hub rebuilds from it."""

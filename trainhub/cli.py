@@ -6,22 +6,33 @@ import asyncio
 import json
 import logging
 import sys
+import time
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 import yaml
+from prometheus_client import start_http_server
 from rich.console import Console
 
+from bus.base import BusError
 from dispatcher.placement import plan_placement
 from dispatcher.registry import ClusterRegistry
 from schemas.cluster import ClustersFile
 from schemas.errors import ContractError
-from schemas.job_parsing import load_documents, load_job_file
+from schemas.events import JobStatusUpdate
+from schemas.job_parsing import load_documents, load_job_file, parse_job
+from schemas.kubeflow import derive_job_uid
+from schemas.status import JobPhase
+from trainhub.bus_factory import make_bus
+from trainhub.cli_settings import with_settings
 from trainhub.console_view import StatusPrinter, decision_table
-from trainhub.embedded import Embedded, EmbeddedOptions
+from trainhub.embedded import Embedded, EmbeddedOptions, make_worker_backend
 from trainhub.logs import setup_logging
+from trainhub.processes import run_hub, run_worker
+from trainhub.producer import follow_status, latest_status, submit_document
+from trainhub.settings import TrainhubSettings
 from workers.cluster_spec import parse_cluster_spec
 from workers.rendering import render_job
 
@@ -30,8 +41,8 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True)
+console = Console(soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
 
 DEFAULT_CLUSTERS = ["east:cpu=4,memory=8Gi", "west:cpu=8,memory=16Gi"]
 
@@ -112,7 +123,9 @@ def plan(
 
 
 @app.command()
+@with_settings
 def up(
+    settings: TrainhubSettings,
     job_files: Annotated[list[Path] | None, typer.Argument(help="Jobs to submit.")] = None,
     cluster: Annotated[
         list[str] | None,
@@ -122,20 +135,26 @@ def up(
     exit_on_finish: Annotated[
         bool, typer.Option(help="Exit when every job finished: 0 only if all Succeeded.")
     ] = False,
-    metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = None,
-    heartbeat_interval: Annotated[float, typer.Option(help="Seconds between heartbeats.")] = 1.0,
     logs_dir: Annotated[Path | None, typer.Option(help="Keep pod logs here.")] = None,
 ) -> None:
-    """Run the hub, the clusters' workers and an in-memory bus in one process."""
+    """Run the hub and the clusters' workers in one process, on an in-memory bus (or on
+    Kafka with --bootstrap)."""
     try:
         specs = [parse_cluster_spec(c) for c in (cluster or DEFAULT_CLUSTERS)]
         documents = [d for f in job_files or [] for d in _documents(f)]
     except (ContractError, ValueError) as exc:
         raise fail(str(exc)) from None
-    options = EmbeddedOptions(
-        clusters=specs, backend=backend, heartbeat_interval=heartbeat_interval, logs_dir=logs_dir
+    heartbeat = (
+        settings.heartbeat_interval if "heartbeat_interval" in settings.model_fields_set else 1.0
     )
-    code = asyncio.run(_run_up(options, documents, exit_on_finish, metrics_port))
+    options = EmbeddedOptions(
+        clusters=specs,
+        backend=backend,
+        heartbeat_interval=heartbeat,
+        logs_dir=logs_dir,
+        max_heartbeat_age=settings.max_heartbeat_age,
+    )
+    code = asyncio.run(_run_up(options, settings, documents, exit_on_finish))
     raise typer.Exit(code)
 
 
@@ -152,16 +171,15 @@ def _documents(path: Path) -> list[dict[str, Any]]:
 
 async def _run_up(
     options: EmbeddedOptions,
+    settings: TrainhubSettings,
     documents: list[dict[str, Any]],
     exit_on_finish: bool,
-    metrics_port: int | None,
 ) -> int:
-    async with Embedded(options) as system:
-        if metrics_port is not None:
-            from prometheus_client import start_http_server
-
-            start_http_server(metrics_port, registry=system.registry)
-            console.print(f"metrics on http://127.0.0.1:{metrics_port}/metrics")
+    bus = make_bus(settings, allow_memory=True)
+    async with Embedded(options, bus=bus, topics=settings.topics()) as system:
+        if settings.metrics_port is not None:
+            start_http_server(settings.metrics_port, registry=system.registry)
+            console.print(f"metrics on http://127.0.0.1:{settings.metrics_port}/metrics")
         names = ", ".join(w.cluster for w in system.workers)
         count = len(system.workers)
         console.print(f"trainhub up: hub + {count} clusters ({names}), {options.backend} backend")
@@ -184,5 +202,155 @@ async def _run_up(
         return 0 if ok else 1
 
 
+@app.command()
+@with_settings
+def hub(settings: TrainhubSettings) -> None:
+    """Run the hub: validate, place and follow jobs (needs Kafka)."""
+    _require_bootstrap(settings)
+    asyncio.run(run_hub(settings))
+
+
+@app.command()
+@with_settings
+def worker(
+    settings: TrainhubSettings,
+    cluster: Annotated[str, typer.Option("--cluster", help="This worker's cluster name.")],
+    backend: Annotated[str, typer.Option(help="local, sim or kube.")] = "local",
+    capacity: Annotated[
+        str, typer.Option(help="local/sim capacity per node: cpu=8,memory=16Gi[,nodes=N,gpu=G].")
+    ] = "cpu=4,memory=8Gi",
+    label: Annotated[
+        list[str] | None, typer.Option("--label", help="Cluster label K=V (repeatable).")
+    ] = None,
+    namespace: Annotated[
+        list[str] | None, typer.Option("--namespace", help="Accepted namespace (repeatable).")
+    ] = None,
+    kubeconfig: Annotated[Path | None, typer.Option(help="kube backend: kubeconfig file.")] = None,
+    context: Annotated[str | None, typer.Option(help="kube backend: kubeconfig context.")] = None,
+    logs_dir: Annotated[Path | None, typer.Option(help="local backend: pod logs here.")] = None,
+) -> None:
+    """Run one cluster's worker: create the pods of the jobs the hub assigns to it."""
+    _require_bootstrap(settings)
+    try:
+        labels = dict(item.split("=", 1) for item in label or [])
+        chosen = make_worker_backend(
+            backend,
+            cluster,
+            capacity=capacity,
+            kubeconfig=kubeconfig,
+            context=context,
+            logs_dir=logs_dir,
+            namespaces=namespace,
+        )
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    asyncio.run(run_worker(settings, chosen, cluster, labels=labels, namespaces=namespace))
+
+
+@app.command()
+@with_settings
+def submit(
+    settings: TrainhubSettings,
+    job_files: Annotated[list[Path], typer.Argument(help="Job YAML/JSON files.")],
+    watch: Annotated[
+        bool, typer.Option(help="Print each status change; exit 0 only if all Succeeded.")
+    ] = False,
+    validate: Annotated[
+        bool, typer.Option(help="Refuse invalid jobs here instead of letting the hub reject them.")
+    ] = True,
+) -> None:
+    """Publish jobs to the bus (the jobs topic)."""
+    _require_bootstrap(settings)
+    try:
+        documents = [d for f in job_files for d in _documents(f)]
+        if validate:
+            for document in documents:
+                parse_job(document)
+    except ContractError as exc:
+        raise fail(str(exc)) from None
+    raise typer.Exit(asyncio.run(_submit(settings, documents, watch)))
+
+
+async def _submit(settings: TrainhubSettings, documents: list[dict[str, Any]], watch: bool) -> int:
+    bus = make_bus(settings)
+    topics = settings.topics()
+    await bus.start()
+    try:
+        await bus.create_topics(topics.shared_specs())
+        since = int(time.time() * 1000) - 1000
+        uids = {}
+        for document in documents:
+            uid = await submit_document(bus, topics, document)
+            uids[uid] = (
+                f"{document['metadata'].get('namespace', 'default')}/{document['metadata']['name']}"
+            )
+            console.print(f"submitted {uids[uid]} (uid {uid})", highlight=False)
+        if not watch:
+            return 0
+        printer = StatusPrinter(console)
+        final: dict[str, JobStatusUpdate] = {}
+        async for update in follow_status(bus, topics, uids, from_time_ms=since):
+            printer(update)
+            if update.phase.finished:
+                final[update.uid] = update
+                if len(final) == len(uids):
+                    break
+        return 0 if all(u.phase == JobPhase.SUCCEEDED for u in final.values()) else 1
+    finally:
+        await bus.close()
+
+
+@app.command()
+@with_settings
+def status(
+    settings: TrainhubSettings,
+    job: Annotated[
+        str, typer.Argument(help="Job uid, NAMESPACE/NAME, or NAME (namespace default).")
+    ],
+    output: Annotated[Output, typer.Option("-o", "--output")] = Output.text,
+) -> None:
+    """Show a job's latest status as the status topic has it."""
+    _require_bootstrap(settings)
+    update = asyncio.run(_latest_status(settings, job))
+    if update is None:
+        raise fail(f"no status for job {job!r} on the status topic", code=3)
+    if output == Output.json:
+        sys.stdout.write(update.model_dump_json(indent=2, exclude={"job"}) + "\n")
+        return
+    StatusPrinter(console)(update)
+    if update.status is not None:
+        for condition in update.status.conditions:
+            console.print(
+                f"  {condition.type}={condition.status} {condition.reason or ''}", highlight=False
+            )
+
+
+def _candidate_uids(job: str) -> set[str]:
+    namespace, _, name = job.rpartition("/")
+    return {job, derive_job_uid(namespace or "default", name)}
+
+
+async def _latest_status(settings: TrainhubSettings, job: str) -> JobStatusUpdate | None:
+    bus = make_bus(settings)
+    await bus.start()
+    try:
+        return await latest_status(bus, settings.topics(), _candidate_uids(job))
+    finally:
+        await bus.close()
+
+
+def _require_bootstrap(settings: TrainhubSettings) -> None:
+    if not settings.bootstrap:
+        raise fail(
+            "this command needs Kafka: pass --bootstrap HOST:PORT or set TRAINHUB_BOOTSTRAP "
+            "(`trainhub sandbox up` starts a local broker)",
+            code=2,
+        )
+
+
 def main() -> None:
-    app()
+    try:
+        app()
+    except BusError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        sys.exit(2)

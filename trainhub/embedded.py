@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from prometheus_client import CollectorRegistry
 
@@ -20,7 +21,7 @@ from trainhub.producer import follow_status, submit_document
 from workers.backends.base import Backend
 from workers.backends.local import LocalBackend
 from workers.backends.sim import SimBackend
-from workers.cluster_spec import ClusterSpec
+from workers.cluster_spec import ClusterSpec, parse_cluster_spec
 from workers.worker import Worker, WorkerConfig
 
 
@@ -42,6 +43,32 @@ def make_backend(spec: ClusterSpec, options: EmbeddedOptions, logs_root: Path) -
     if options.backend == "local":
         return LocalBackend(spec.pool(), workdir=options.workdir, logs_dir=logs_root / spec.name)
     raise ValueError(f"unknown backend {options.backend!r} (embedded runs use local or sim)")
+
+
+def make_worker_backend(
+    kind: str,
+    cluster: str,
+    *,
+    capacity: str,
+    kubeconfig: Path | None = None,
+    context: str | None = None,
+    logs_dir: Path | None = None,
+    namespaces: list[str] | None = None,
+) -> Backend:
+    """The backend of a standalone `trainhub worker` process."""
+    if kind == "kube":
+        if kubeconfig is None:
+            raise ValueError("the kube backend needs --kubeconfig (and usually --context)")
+        kube = importlib.import_module("workers.backends.kube")
+        return cast(
+            Backend,
+            kube.KubeBackend(
+                kubeconfig=kubeconfig, context=context, cluster=cluster, namespaces=namespaces
+            ),
+        )
+    spec = parse_cluster_spec(f"{cluster}:{capacity}")
+    logs = logs_dir or Path.home() / ".cache" / "trainhub" / "logs"
+    return make_backend(spec, EmbeddedOptions(clusters=[spec], backend=kind), logs)
 
 
 class Embedded:

@@ -59,3 +59,25 @@ async def follow_status(
                     yield update
     finally:
         await subscription.stop()
+
+
+async def latest_status(bus: Bus, topics: Topics, uids: set[str]) -> JobStatusUpdate | None:
+    """The newest status update of any of `uids` on the status topic (read to its end)."""
+    subscription = bus.subscribe([topics.status], group=None, start_from="earliest")
+    await subscription.start()
+    latest: JobStatusUpdate | None = None
+    try:
+        while True:
+            for record in await subscription.poll(timeout=0.2):
+                if record.key is None or record.key.decode(errors="replace") not in uids:
+                    continue
+                try:
+                    event = decode_event(record.headers, record.value)
+                except EventDecodeError:
+                    continue
+                if event.type == EventType.JOB_STATUS:
+                    latest = event.data_as(JobStatusUpdate)
+            if await subscription.lag() == 0:
+                return latest
+    finally:
+        await subscription.stop()

@@ -72,25 +72,26 @@ class Worker:
         await self.bus.create_topics(
             [*self.topics.shared_specs(), self.topics.assignment_spec(self.cluster)]
         )
-        subscription = self.bus.subscribe(
-            [self.topics.assignments(self.cluster)],
-            group=f"{self.topics.prefix}-worker-{self.cluster}",
-            start_from="earliest",
-        )
         self._consumer = EventConsumer(
             self.bus,
-            subscription,
+            [self.topics.assignments(self.cluster)],
             self._on_assignment_event,
+            group=f"{self.topics.prefix}-worker-{self.cluster}",
             dead_letter_topic=self.topics.dead_letters,
             component=self.config.source,
             on_dead_letter=self._count_dead_letter,
         )
-        await subscription.start()
+        await self._consumer.subscription.start()
         await self.heartbeat()
         self._tasks.spawn(self._consumer.run(), "assignments")
         self._tasks.spawn(self._observe_loop(), "observe")
         self._tasks.spawn(self._heartbeat_loop(), "heartbeat")
         log.info("worker started", extra={"cluster": self.cluster, "backend": self.backend.kind})
+
+    @property
+    def crashed(self) -> asyncio.Future[BaseException] | None:
+        """Resolves with the exception of a background task that died."""
+        return self._tasks.failed
 
     async def stop(self) -> None:
         await self._tasks.cancel_all()

@@ -35,7 +35,15 @@ async def test_one_job_goes_through_every_phase(system: Embedded) -> None:
     phases: list[JobPhase] = []
     final = await system.wait_finished([uid], lambda u: phases.append(u.phase), timeout=20)
     assert final[uid].phase == JobPhase.SUCCEEDED
-    assert phases[:4] == [JobPhase.QUEUED, JobPhase.ASSIGNED, JobPhase.CREATED, JobPhase.RUNNING]
+    # A Queued job may get a second Queued note (why it waits) before its placement.
+    steps = [p for i, p in enumerate(phases) if i == 0 or phases[i - 1] != p]
+    assert steps == [
+        JobPhase.QUEUED,
+        JobPhase.ASSIGNED,
+        JobPhase.CREATED,
+        JobPhase.RUNNING,
+        JobPhase.SUCCEEDED,
+    ]
     assert final[uid].status is not None
     assert final[uid].status.replicaStatuses["Worker"].succeeded == 2
     assert system.hub.ledger.get(uid).phase == JobPhase.SUCCEEDED  # type: ignore[union-attr]

@@ -1,0 +1,46 @@
+"""How to reach a Kafka cluster: bootstrap servers and security (PLAINTEXT, SASL, SSL)."""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
+from typing import Any, Literal
+
+SecurityProtocol = Literal["PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL"]
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    bootstrap: str
+    security_protocol: SecurityProtocol = "PLAINTEXT"
+    sasl_mechanism: str = "SCRAM-SHA-512"
+    sasl_username: str | None = None
+    sasl_password: str | None = None
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    client_id: str = "trainhub"
+    request_timeout_ms: int = 15_000
+    connect_attempts: int = 8
+    """Attempts (with exponential backoff up to ~10 s) before a broker counts as unreachable."""
+
+    def client_options(self) -> dict[str, Any]:
+        """Keyword arguments shared by aiokafka's producer, consumer and admin client."""
+        options: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap,
+            "client_id": self.client_id,
+            "security_protocol": self.security_protocol,
+            "request_timeout_ms": self.request_timeout_ms,
+        }
+        if self.security_protocol.startswith("SASL"):
+            options.update(
+                sasl_mechanism=self.sasl_mechanism,
+                sasl_plain_username=self.sasl_username,
+                sasl_plain_password=self.sasl_password,
+            )
+        if self.security_protocol.endswith("SSL"):
+            context = ssl.create_default_context(cafile=self.ssl_cafile)
+            if self.ssl_certfile:
+                context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
+            options["ssl_context"] = context
+        return options

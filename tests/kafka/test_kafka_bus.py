@@ -1,0 +1,201 @@
+"""The Kafka bus against a real broker: round trips, groups, dead letters, SCRAM."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+from bus.base import BusError, Record, TopicSpec, UnknownTopicError
+from bus.dead_letters import dead_letter_reason
+from bus.events import EventConsumer, publish_event
+from bus.kafka import KafkaBus
+from bus.kafka_settings import KafkaSettings
+from bus.topics import Topics
+from schemas.codec import decode_event
+from schemas.events import CloudEvent, EventType, JobRef, make_event
+from tests.kafka_target import KafkaTarget
+
+pytestmark = pytest.mark.kafka
+
+
+@pytest.fixture
+async def bus(kafka_settings: KafkaSettings) -> AsyncIterator[KafkaBus]:
+    kafka = KafkaBus(kafka_settings)
+    await kafka.start()
+    yield kafka
+    await kafka.close()
+
+
+async def _drain(
+    bus: KafkaBus, topic: str, expected: int, group: str | None = None
+) -> list[Record]:
+    subscription = bus.subscribe([topic], group=group, start_from="earliest")
+    await subscription.start()
+    records: list[Record] = []
+    deadline = time.monotonic() + 30
+    while len(records) < expected and time.monotonic() < deadline:
+        records.extend(await subscription.poll(timeout=0.5))
+    await subscription.stop()
+    return records
+
+
+async def test_round_trip_keeps_keys_order_per_key_and_cloudevents_headers(
+    bus: KafkaBus, topics: Topics
+) -> None:
+    topic = topics.jobs
+    await bus.create_topics([TopicSpec(topic, partitions=3)])
+    sent: dict[str, list[str]] = {}
+    for _ in range(30):
+        for uid in ("job-a", "job-b", "job-c"):
+            event = make_event(EventType.JOB_DELETED, "test", uid, JobRef(uid=uid))
+            sent.setdefault(uid, []).append(event.id)
+            await publish_event(bus, topic, uid, event, wait=False)
+    await bus.flush()
+    records = await _drain(bus, topic, 90)
+    assert len(records) == 90
+    for uid, ids in sent.items():
+        mine = sorted((r for r in records if r.key == uid.encode()), key=lambda r: r.offset)
+        assert len({r.partition for r in mine}) == 1
+        events = [decode_event(r.headers, r.value) for r in mine]
+        assert [e.id for e in events] == ids
+        assert all(e.type == EventType.JOB_DELETED and e.subject == uid for e in events)
+        header_names = {k for k, _ in mine[0].headers}
+        assert {"ce_specversion", "ce_id", "ce_source", "ce_type", "ce_time"} <= header_names
+
+
+async def test_redelivery_after_crash_before_commit_with_idempotent_effect(
+    bus: KafkaBus, topics: Topics
+) -> None:
+    topic = topics.jobs
+    await bus.create_topics([TopicSpec(topic, partitions=1)])
+    for i in range(5):
+        uid = f"job-{i}"
+        await publish_event(
+            bus, topic, uid, make_event(EventType.JOB_DELETED, "t", uid, JobRef(uid=uid))
+        )
+    effects: dict[str, int] = {}  # event id -> times applied (the "durable" effect store)
+    deliveries: list[str] = []
+
+    class Crash(Exception):
+        pass
+
+    async def handler(event: CloudEvent, record: Record) -> None:
+        deliveries.append(event.id)
+        if event.id not in effects:  # idempotent by event id
+            effects[event.id] = 1
+        if len(deliveries) == 3:
+            raise Crash("killed after the effect, before the commit")
+
+    group = f"{topics.prefix}-g"
+    first = EventConsumer(
+        bus, [topic], handler, group=group, dead_letter_topic=topic, component="t"
+    )
+    await first.subscription.start()
+    with pytest.raises(Crash):
+        while True:
+            await first.poll_once(timeout=1)
+    await first.subscription.stop()
+    second = EventConsumer(
+        bus, [topic], handler, group=group, dead_letter_topic=topic, component="t"
+    )
+    await second.subscription.start()
+    while len(effects) < 5 or await second.subscription.lag() > 0:
+        await second.poll_once(timeout=1)
+    await second.subscription.stop()
+    assert len(effects) == 5 and set(effects.values()) == {1}
+    assert len(deliveries) > 5, "the uncommitted events must have been delivered again"
+
+
+async def test_garbage_and_invalid_events_are_dead_lettered_and_consumer_continues(
+    bus: KafkaBus, topics: Topics
+) -> None:
+    await bus.create_topics(topics.shared_specs())
+    await bus.publish(topics.jobs, b"\xff\xfe not json", key=b"k1")
+    await bus.publish(topics.jobs, b"{}", key=b"k2", headers=(("ce_specversion", b"1.0"),))
+    good = make_event(EventType.JOB_DELETED, "t", "ok", JobRef(uid="ok"))
+    await publish_event(bus, topics.jobs, "ok", good)
+    seen: list[str] = []
+
+    async def handler(event: CloudEvent, record: Record) -> None:
+        if event.subject != "ok":
+            raise ValueError("not for us")
+        seen.append(event.id)
+
+    consumer = EventConsumer(
+        bus,
+        [topics.jobs],
+        handler,
+        group=f"{topics.prefix}-dl",
+        dead_letter_topic=topics.dead_letters,
+        component="test",
+    )
+    await consumer.subscription.start()
+    deadline = time.monotonic() + 30
+    while not seen and time.monotonic() < deadline:
+        await consumer.poll_once(timeout=0.5)
+    await consumer.subscription.stop()
+    assert seen == [good.id]
+    dead = await _drain(bus, topics.dead_letters, 2)
+    reasons = sorted(dead_letter_reason(r) or "" for r in dead)
+    assert len(reasons) == 2
+    assert all(r.startswith("undecodable") for r in reasons)
+    assert any("missing CloudEvents headers" in r for r in reasons)
+
+
+async def test_unknown_topic_is_a_clear_fatal_error(bus: KafkaBus, topics: Topics) -> None:
+    with pytest.raises(UnknownTopicError, match="does not exist"):
+        await bus.publish(f"{topics.prefix}.nowhere", b"x")
+
+
+async def test_topics_are_created_with_their_settings(bus: KafkaBus, topics: Topics) -> None:
+    await bus.create_topics(topics.shared_specs())
+    await bus.create_topics(topics.shared_specs())  # idempotent
+    assert bus._admin is not None
+    described = await bus._admin.describe_configs(
+        [
+            ConfigResource(ConfigResourceType.TOPIC, topics.clusters),
+            ConfigResource(ConfigResourceType.TOPIC, topics.jobs),
+        ]
+    )
+    resources = [r for response in described for r in response.resources]
+    by_topic = {r[3]: {entry[0]: entry[1] for entry in r[4]} for r in resources}
+    configs = by_topic[topics.clusters]
+    assert by_topic[topics.jobs]["retention.ms"] == str(topics.retention_ms)
+    assert by_topic[topics.jobs]["cleanup.policy"] == "delete"
+    assert configs["cleanup.policy"] == "compact"
+
+
+async def test_scram_right_credentials_work_and_wrong_password_fails_fast(
+    kafka: KafkaTarget, topics: Topics
+) -> None:
+    if kafka.sasl_bootstrap is None:
+        pytest.skip(f"the {kafka.origin} broker has no SCRAM listener configured")
+    good = KafkaBus(
+        KafkaSettings(
+            bootstrap=kafka.sasl_bootstrap,
+            security_protocol="SASL_PLAINTEXT",
+            sasl_username=kafka.sasl_username,
+            sasl_password=kafka.sasl_password,
+        )
+    )
+    await good.start()
+    await good.create_topics([TopicSpec(topics.jobs, partitions=1)])
+    await good.publish(topics.jobs, b"hello", key=b"k")
+    assert [r.value for r in await _drain(good, topics.jobs, 1)] == [b"hello"]
+    await good.close()
+    bad = KafkaBus(
+        KafkaSettings(
+            bootstrap=kafka.sasl_bootstrap,
+            security_protocol="SASL_PLAINTEXT",
+            sasl_username=kafka.sasl_username,
+            sasl_password="wrong-password",
+        )
+    )
+    started = time.monotonic()
+    with pytest.raises(BusError, match="refused the credentials"):
+        await asyncio.wait_for(bad.start(), 30)
+    assert time.monotonic() - started < 10

@@ -1,0 +1,78 @@
+"""Give a typer command one flag per setting, named as the setting (`--topic-prefix`)."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from trainhub.settings import TrainhubSettings, load_settings
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_PANEL = "Connection and settings (also TRAINHUB_* variables or --config FILE)"
+
+
+def _flag(name: str) -> inspect.Parameter:
+    field = TrainhubSettings.model_fields[name]
+    flag_type: Any = str if name not in ("metrics_port", "partitions", "replication") else int
+    if name in ("heartbeat_interval", "max_heartbeat_age"):
+        flag_type = float
+    option = typer.Option(
+        f"--{name.replace('_', '-')}", help=field.description, rich_help_panel=_PANEL
+    )
+    return inspect.Parameter(
+        name,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=None,
+        annotation=Annotated[flag_type | None, option],
+    )
+
+
+def with_settings(func: _F) -> _F:
+    """Replace the command's `settings` parameter with every settings flag plus --config."""
+    names = list(TrainhubSettings.model_fields)
+    config = inspect.Parameter(
+        "config",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=None,
+        annotation=Annotated[
+            Path | None,
+            typer.Option(
+                "--config",
+                envvar="TRAINHUB_CONFIG",
+                help="YAML settings file.",
+                rich_help_panel=_PANEL,
+            ),
+        ],
+    )
+    signature = inspect.signature(func)
+    # The commands use postponed annotations: resolve them in their own module, since
+    # typer would look them up in this one.
+    hints = typing.get_type_hints(func, include_extras=True)
+    own = [
+        p.replace(annotation=hints[p.name])
+        for p in signature.parameters.values()
+        if p.name != "settings"
+    ]
+
+    @functools.wraps(func)
+    def wrapper(**kwargs: Any) -> Any:
+        flags = {n: kwargs.pop(n) for n in names}
+        try:
+            settings = load_settings(kwargs.pop("config"), **flags)
+        except (ValueError, OSError) as exc:
+            typer.echo(f"error: invalid settings: {exc}", err=True)
+            raise typer.Exit(2) from None
+        return func(settings=settings, **kwargs)
+
+    parameters = [*own, config, *(_flag(n) for n in names)]
+    wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=parameters, return_annotation=hints.get("return")
+    )
+    wrapper.__annotations__ = {p.name: p.annotation for p in parameters}
+    return wrapper  # type: ignore[return-value]

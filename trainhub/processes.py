@@ -1,0 +1,109 @@
+"""Long-running processes (`trainhub hub`, `trainhub worker`): start, serve, stop on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+
+from bus.base import Bus
+from dispatcher.hub import Hub, HubConfig
+from trainhub.bus_factory import make_bus
+from trainhub.settings import TrainhubSettings
+from workers.backends.base import Backend
+from workers.worker import Worker, WorkerConfig
+
+log = logging.getLogger(__name__)
+
+
+async def serve_until_signalled(
+    start: Callable[[], Awaitable[None]],
+    stop: Callable[[], Awaitable[None]],
+    failed: Callable[[], asyncio.Future[BaseException] | None] | None = None,
+) -> None:
+    """Run until SIGTERM or SIGINT (or a background task crashes), then stop gracefully."""
+    loop = asyncio.get_running_loop()
+    stopping = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping.set)
+    await start()
+    try:
+        waiters: list[asyncio.Future[Any]] = [asyncio.ensure_future(stopping.wait())]
+        crash = failed() if failed else None
+        if crash is not None:
+            waiters.append(crash)
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        waiters[0].cancel()
+        if crash is not None and crash.done():
+            raise RuntimeError(f"a background task crashed: {crash.result()!r}")
+    finally:
+        log.info("shutting down")
+        await stop()
+
+
+def _metrics(settings: TrainhubSettings, registry: CollectorRegistry) -> None:
+    if settings.metrics_port is not None:
+        start_http_server(settings.metrics_port, registry=registry)
+
+
+async def run_hub(settings: TrainhubSettings, scoring: dict[str, float] | None = None) -> None:
+    bus = make_bus(settings)
+    registry = CollectorRegistry()
+    config = HubConfig(max_heartbeat_age=settings.max_heartbeat_age)
+    if scoring:
+        config.scoring = scoring
+    hub = Hub(bus, settings.topics(), config, registry=registry)
+
+    async def start() -> None:
+        await bus.start()
+        await hub.start()
+        _metrics(settings, registry)
+
+    async def stop() -> None:
+        await hub.stop()
+        await bus.close()
+
+    await serve_until_signalled(start, stop, lambda: hub.crashed)
+
+
+async def run_worker(
+    settings: TrainhubSettings,
+    backend: Backend,
+    cluster: str,
+    labels: dict[str, str] | None = None,
+    namespaces: list[str] | None = None,
+) -> None:
+    bus: Bus = make_bus(settings)
+    registry = CollectorRegistry()
+    worker = Worker(
+        bus,
+        backend,
+        WorkerConfig(
+            cluster=cluster,
+            heartbeat_interval=settings.heartbeat_interval,
+            labels=labels,
+            namespaces=namespaces,
+        ),
+        settings.topics(),
+        registry=registry,
+    )
+
+    async def start() -> None:
+        await bus.start()
+        await worker.start()
+        _metrics(settings, registry)
+
+    async def stop() -> None:
+        await worker.stop()
+        await bus.close()
+
+    await serve_until_signalled(start, stop, lambda: worker.crashed)
+
+
+def default_logs_dir(cluster: str) -> Path:
+    return Path.home() / ".cache" / "trainhub" / "logs" / cluster

@@ -1,0 +1,76 @@
+"""Settings for every trainhub process: flags, `TRAINHUB_*` variables or a YAML file.
+
+The same names everywhere: field `topic_prefix` is flag `--topic-prefix`, variable
+`TRAINHUB_TOPIC_PREFIX` and YAML key `topic_prefix`. Flags win over variables, variables over
+the file, the file over defaults.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from bus.kafka_settings import KafkaSettings
+from bus.topics import Topics
+
+
+class TrainhubSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TRAINHUB_", extra="forbid")
+
+    bootstrap: str | None = Field(default=None, description="Kafka bootstrap servers HOST:PORT.")
+    topic_prefix: str = Field(default="trainhub", description="Prefix of every topic name.")
+    partitions: int = Field(default=3, ge=1, description="Partitions of the jobs/status topics.")
+    replication: int = Field(default=1, ge=1, description="Replication factor of new topics.")
+    security_protocol: Literal["PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL"] = Field(
+        default="PLAINTEXT", description="Kafka security protocol."
+    )
+    sasl_mechanism: str = Field(default="SCRAM-SHA-512", description="SASL mechanism.")
+    sasl_username: str | None = Field(default=None, description="SASL user.")
+    sasl_password: str | None = Field(default=None, description="SASL password.")
+    ssl_cafile: str | None = Field(default=None, description="CA bundle for SSL.")
+    ssl_certfile: str | None = Field(default=None, description="Client certificate for SSL.")
+    ssl_keyfile: str | None = Field(default=None, description="Client key for SSL.")
+    metrics_port: int | None = Field(default=None, description="Serve /metrics on this port.")
+    heartbeat_interval: float = Field(default=5.0, gt=0, description="Seconds between heartbeats.")
+    max_heartbeat_age: float = Field(
+        default=30.0, gt=0, description="Seconds after which a cluster's heartbeat is stale."
+    )
+
+    def kafka(self) -> KafkaSettings:
+        if not self.bootstrap:
+            raise ValueError(
+                "no Kafka bootstrap servers: pass --bootstrap HOST:PORT, set "
+                "TRAINHUB_BOOTSTRAP, or put `bootstrap:` in the --config file"
+            )
+        return KafkaSettings(
+            bootstrap=self.bootstrap,
+            security_protocol=self.security_protocol,
+            sasl_mechanism=self.sasl_mechanism,
+            sasl_username=self.sasl_username,
+            sasl_password=self.sasl_password,
+            ssl_cafile=self.ssl_cafile,
+            ssl_certfile=self.ssl_certfile,
+            ssl_keyfile=self.ssl_keyfile,
+        )
+
+    def topics(self) -> Topics:
+        return Topics(
+            prefix=self.topic_prefix, partitions=self.partitions, replication=self.replication
+        )
+
+
+def load_settings(config: Path | None = None, **flags: Any) -> TrainhubSettings:
+    """Defaults < YAML file < environment < flags (a flag left at None is not given)."""
+    file_values: dict[str, Any] = {}
+    if config is not None:
+        loaded = yaml.safe_load(config.read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{config}: expected a mapping of settings")
+        file_values = loaded
+    env_values = TrainhubSettings().model_dump(exclude_unset=True)
+    given = {k: v for k, v in flags.items() if v is not None}
+    return TrainhubSettings(**{**file_values, **env_values, **given})
