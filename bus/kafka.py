@@ -250,6 +250,9 @@ class KafkaSubscription(Subscription):
             auto_offset_reset=self._start_from,
             isolation_level="read_committed",
             max_poll_interval_ms=300_000,
+            # A topic created moments ago may be missing from the first metadata; do not
+            # wait the default five minutes for the next refresh.
+            metadata_max_age_ms=5_000,
         )
         try:
             async for attempt in _retrying(self._bus.settings):
@@ -258,6 +261,7 @@ class KafkaSubscription(Subscription):
         except KafkaError as exc:
             await consumer.stop()
             raise _fatal(exc, self._bus.settings, "starting a consumer") from exc
+        await self._await_topics(consumer)
         listener = _Listener(self._on_revoke if self._group else None)
         consumer.subscribe(self._topics, listener=listener)
         if self._group is None:
@@ -265,6 +269,16 @@ class KafkaSubscription(Subscription):
             # wait for that so seeks and lag work from the first call.
             await self._await_assignment(consumer)
         self._consumer = consumer
+
+    async def _await_topics(self, consumer: AIOKafkaConsumer) -> None:
+        """Subscribe only once the broker's metadata lists our topics (just-created topics
+        take a moment), or the group's first assignment silently misses them."""
+        for _ in range(100):
+            if set(self._topics) <= set(await consumer.topics()):
+                return
+            await asyncio.sleep(0.1)
+        await consumer.stop()
+        raise UnknownTopicError(f"topics {self._topics} not visible after 10 s")
 
     async def _await_assignment(self, consumer: AIOKafkaConsumer) -> None:
         for _ in range(100):

@@ -345,12 +345,14 @@ class Hub:
 
     async def schedule_pending(self) -> None:
         queued = sorted(self.ledger.in_phase(JobPhase.QUEUED), key=lambda r: r.queued_at)
+        placed: list[JobRecord] = []
         for record in queued:
             assert record.job is not None
             placement = self.plan(record.job, frozenset(record.excluded))
             record.decision = placement.decision
             if placement.chosen is not None:
                 await self._assign(record, placement)
+                placed.append(record)
             elif placement.never_fits:
                 record.phase = JobPhase.REJECTED
                 reasons = "; ".join(f"{c.name}: {c.reason}" for c in placement.decision.clusters)
@@ -362,6 +364,13 @@ class Hub:
                 )
             else:
                 await self._note_waiting(record, placement)
+        if placed:
+            # Assignments leave only once their Assigned statuses are durable: a hub that
+            # dies in between is rebuilt knowing the placement and sends it again, instead
+            # of placing the job a second time.
+            await self.bus.flush()
+            for record in placed:
+                await self._send_assignment(record)
 
     async def _note_waiting(self, record: JobRecord, placement: Placement) -> None:
         reasons = (
@@ -380,8 +389,6 @@ class Hub:
         record.phase = JobPhase.ASSIGNED
         record.sequence = 0
         self.reservations.reserve(placement.chosen, record.uid, placement.usage)
-        # Status first: followers, and a hub rebuilding its state, always see Assigned
-        # before anything the worker reports for this attempt.
         await self._publish_status(
             record, reason="Assigned", message=f"placed on {placement.chosen}"
         )

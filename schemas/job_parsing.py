@@ -48,9 +48,17 @@ def parse_job(document: Any) -> AnyJob:
     try:
         return JOB_CLASSES[kind].model_validate(document)  # type: ignore[return-value]
     except ValidationError as exc:
-        raise JobInvalid(f"{kind}: {describe_validation_error(exc)}") from exc
+        raise JobInvalid(f"{kind}: {_describe(exc)}") from exc
     except (ValueError, TypeError) as exc:
         raise JobInvalid(f"{kind}: {exc}") from exc
+
+
+def _describe(exc: ValidationError) -> str:
+    """Whole-document rules already name their field and value; field errors get both added."""
+    errors = exc.errors(include_url=False)
+    if errors and all(not e["loc"] and e["type"] == "value_error" for e in errors):
+        return "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in errors)
+    return describe_validation_error(exc)
 
 
 def load_documents(text: str, origin: str = "<input>") -> list[Any]:

@@ -65,6 +65,13 @@ class ReplicaSpec(BaseModel):
 ReplicaSpecs = dict[str, ReplicaSpec]
 
 
+class RDZVConf(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    key: str = ""
+    value: str = ""
+
+
 class ElasticPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -74,9 +81,18 @@ class ElasticPolicy(BaseModel):
     rdzvHost: str | None = None
     rdzvPort: int | None = Field(default=None, ge=1, le=65535)
     rdzvId: str | None = None
-    rdzvConf: list[dict[str, str]] | None = None
+    rdzvConf: list[RDZVConf] | None = None
     standalone: bool | None = None
     nProcPerNode: int | None = Field(default=None, ge=1)
+    maxRestarts: int | None = Field(default=None, ge=0)
+    metrics: list[dict[str, Any]] | None = None
+
+
+class PaddleElasticPolicy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    minReplicas: int | None = Field(default=None, ge=0)
+    maxReplicas: int | None = Field(default=None, ge=0)
     maxRestarts: int | None = Field(default=None, ge=0)
     metrics: list[dict[str, Any]] | None = None
 
@@ -114,7 +130,7 @@ class MPIJobSpec(_JobSpec):
 
 class PaddleJobSpec(_JobSpec):
     paddleReplicaSpecs: ReplicaSpecs
-    elasticPolicy: dict[str, Any] | None = None
+    elasticPolicy: PaddleElasticPolicy | None = None
 
 
 class JAXJobSpec(_JobSpec):
@@ -130,6 +146,7 @@ class _TrainingJobBase(BaseModel):
     REPLICA_TYPES: ClassVar[tuple[str, ...]]
     DEFAULT_CONTAINER: ClassVar[str]
     FRAMEWORK: ClassVar[str]
+    REQUIRES_DEFAULT_CONTAINER: ClassVar[bool] = True
 
     apiVersion: Literal["kubeflow.org/v1"]
     metadata: ObjectMeta
@@ -138,7 +155,8 @@ class _TrainingJobBase(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _normalise_replica_keys(cls, data: Any) -> Any:
-        """Upstream accepts `worker` for `Worker`; map keys onto the canonical spelling."""
+        """Upstream accepts `worker` for `Worker`; map keys onto the canonical spelling and
+        order, so that every consumer sees the replica types in the same order."""
         if not isinstance(data, dict) or not isinstance(data.get("spec"), dict):
             return data
         spec = data["spec"]
@@ -158,18 +176,44 @@ class _TrainingJobBase(BaseModel):
             if name in normalised:
                 raise ValueError(f"spec.{cls.REPLICA_FIELD}: replica type {name} given twice")
             normalised[name] = value
-        return {**data, "spec": {**spec, cls.REPLICA_FIELD: normalised}}
+        ordered = {t: normalised[t] for t in cls.REPLICA_TYPES if t in normalised}
+        return {**data, "spec": {**spec, cls.REPLICA_FIELD: ordered}}
 
     @model_validator(mode="after")
-    def _default_container_present(self) -> _TrainingJobBase:
+    def _webhook_rules(self) -> _TrainingJobBase:
+        """Upstream's admission webhook: report every broken rule at once, then default."""
+        problems: list[str] = []
+        self._check(problems)
+        if problems:
+            raise ValueError("; ".join(problems))
+        self._apply_defaults()
+        return self
+
+    def _check(self, problems: list[str]) -> None:
+        """Append one `field.path: what is wrong (got value)` line per broken rule."""
+        if not self.replica_specs:
+            problems.append(
+                f"spec.{self.REPLICA_FIELD}: must configure at least one replica type (got {{}})"
+            )
+        if not self.REQUIRES_DEFAULT_CONTAINER:
+            return
         for rtype, rspec in self.replica_specs.items():
             names = [c.name for c in rspec.template.spec.containers]
             if self.DEFAULT_CONTAINER not in names:
-                raise ValueError(
-                    f"spec.{self.REPLICA_FIELD}.{rtype}.template.spec.containers: no container "
-                    f"named {self.DEFAULT_CONTAINER!r} (found {names})"
+                problems.append(
+                    f"{self._replica_path(rtype)}.template.spec.containers: must have at least "
+                    f"one container named {self.DEFAULT_CONTAINER!r} (got {names})"
                 )
-        return self
+
+    def _apply_defaults(self) -> None:
+        """Defaults that upstream's mutating webhook writes into the stored job."""
+
+    def _replica_path(self, rtype: str) -> str:
+        return f"spec.{self.REPLICA_FIELD}.{rtype}"
+
+    def warnings(self) -> list[str]:
+        """Admission warnings: accepted, but the user should change the document."""
+        return []
 
     @property
     def run_policy(self) -> RunPolicy:
@@ -214,12 +258,16 @@ class TFJob(_TrainingJobBase):
     kind: Literal["TFJob"]
     spec: TFJobSpec
 
-    @model_validator(mode="after")
-    def _one_chief(self) -> TFJob:
-        chiefs = self.replicas_of("Chief") + self.replicas_of("Master")
-        if chiefs > 1:
-            raise ValueError("spec.tfReplicaSpecs: at most one Chief/Master replica is allowed")
-        return self
+    def _check(self, problems: list[str]) -> None:
+        super()._check(problems)
+        # Upstream counts Chief/Master types; a Chief with 2 replicas passes its webhook and
+        # then fails inside TensorFlow, so the replicas are counted as well.
+        chiefs = {t: self.replicas_of(t) for t in ("Chief", "Master") if t in self.replica_specs}
+        if len(chiefs) > 1 or sum(chiefs.values()) > 1:
+            got = ", ".join(f"{t} replicas {n}" for t, n in chiefs.items())
+            problems.append(
+                f"spec.tfReplicaSpecs: at most one Chief or Master replica is allowed (got {got})"
+            )
 
 
 class PyTorchJob(_TrainingJobBase):
@@ -227,26 +275,46 @@ class PyTorchJob(_TrainingJobBase):
     REPLICA_TYPES = ("Master", "Worker")
     DEFAULT_CONTAINER = "pytorch"
     FRAMEWORK = "pytorch"
+    DEFAULT_NPROC_PER_NODE: ClassVar[str] = "auto"
     kind: Literal["PyTorchJob"]
     spec: PyTorchJobSpec
 
-    @model_validator(mode="after")
-    def _pytorch_rules(self) -> PyTorchJob:
+    def _check(self, problems: list[str]) -> None:
+        super()._check(problems)
         specs = self.spec.pytorchReplicaSpecs
+        elastic = self.spec.elasticPolicy
+        if elastic is not None:
+            if "Worker" not in specs:
+                problems.append(
+                    "spec.pytorchReplicaSpecs.Worker: must be configured if elastic policy is "
+                    f"used: an elastic PyTorchJob must configure Workers (got {list(specs)})"
+                )
+            if elastic.nProcPerNode is not None and self.spec.nprocPerNode is not None:
+                problems.append(
+                    "spec.elasticPolicy.nProcPerNode: must not be used with spec.nprocPerNode "
+                    f"(got {elastic.nProcPerNode} and {self.spec.nprocPerNode!r})"
+                )
         if "Master" in specs and self.replicas_of("Master") != 1:
-            raise ValueError("spec.pytorchReplicaSpecs.Master.replicas: must be 1")
-        if self.spec.elasticPolicy is not None and "Worker" not in specs:
-            raise ValueError("spec.elasticPolicy: an elastic PyTorchJob must configure Workers")
-        if (
-            self.spec.elasticPolicy is not None
-            and self.spec.elasticPolicy.nProcPerNode is not None
-            and self.spec.nprocPerNode is not None
-        ):
-            raise ValueError(
-                "spec.elasticPolicy.nProcPerNode is deprecated and must not be set together "
-                "with spec.nprocPerNode"
+            problems.append(
+                "spec.pytorchReplicaSpecs.Master.replicas: must be 1 "
+                f"(got {self.replicas_of('Master')})"
             )
-        return self
+        if "Worker" in specs and self.replicas_of("Worker") < 1:
+            problems.append(
+                "spec.pytorchReplicaSpecs.Worker.replicas: must be at least 1 "
+                f"(got {self.replicas_of('Worker')})"
+            )
+
+    def _apply_defaults(self) -> None:
+        elastic = self.spec.elasticPolicy
+        if (elastic is None or elastic.nProcPerNode is None) and self.spec.nprocPerNode is None:
+            self.spec.nprocPerNode = self.DEFAULT_NPROC_PER_NODE
+
+    def warnings(self) -> list[str]:
+        elastic = self.spec.elasticPolicy
+        if elastic is not None and elastic.nProcPerNode is not None:
+            return ["spec.elasticPolicy.nProcPerNode is deprecated, use spec.nprocPerNode instead"]
+        return []
 
 
 class XGBoostJob(_TrainingJobBase):
@@ -257,11 +325,15 @@ class XGBoostJob(_TrainingJobBase):
     kind: Literal["XGBoostJob"]
     spec: XGBoostJobSpec
 
-    @model_validator(mode="after")
-    def _master_once(self) -> XGBoostJob:
-        if self.replicas_of("Master") != 1:
-            raise ValueError("spec.xgbReplicaSpecs.Master: exactly one Master replica is required")
-        return self
+    def _check(self, problems: list[str]) -> None:
+        super()._check(problems)
+        if "Master" not in self.spec.xgbReplicaSpecs:
+            problems.append(
+                "spec.xgbReplicaSpecs.Master: must be present "
+                f"(got {list(self.spec.xgbReplicaSpecs)})"
+            )
+        elif (masters := self.replicas_of("Master")) != 1:
+            problems.append(f"spec.xgbReplicaSpecs.Master.replicas: must be 1 (got {masters})")
 
 
 class MPIJob(_TrainingJobBase):
@@ -269,6 +341,8 @@ class MPIJob(_TrainingJobBase):
     REPLICA_TYPES = ("Launcher", "Worker")
     DEFAULT_CONTAINER = "mpi"
     FRAMEWORK = "mpi"
+    # v1 MPIJob names its containers freely (`mainContainer` says which one runs the work).
+    REQUIRES_DEFAULT_CONTAINER = False
     kind: Literal["MPIJob"]
     spec: MPIJobSpec
 
@@ -280,10 +354,26 @@ class MPIJob(_TrainingJobBase):
             return 1 if rtype == "Launcher" else 0
         return rspec.replicas
 
-    @model_validator(mode="after")
-    def _default_container_present(self) -> MPIJob:
-        # MPIJob lets the user name the main container; no fixed default name is required.
-        return self
+    def _check(self, problems: list[str]) -> None:
+        super()._check(problems)
+        launcher = self.spec.mpiReplicaSpecs.get("Launcher")
+        if launcher is None:
+            problems.append(
+                "spec.mpiReplicaSpecs.Launcher: must be present "
+                f"(got {list(self.spec.mpiReplicaSpecs)})"
+            )
+        elif launcher.replicas is not None and launcher.replicas != 1:
+            problems.append(
+                f"spec.mpiReplicaSpecs.Launcher.replicas: must be 1 (got {launcher.replicas})"
+            )
+
+    @property
+    def run_policy(self) -> RunPolicy:
+        """The deprecated `spec.cleanPodPolicy` applies when runPolicy does not set one."""
+        policy = self.spec.runPolicy
+        if policy.cleanPodPolicy is None and self.spec.cleanPodPolicy is not None:
+            return policy.model_copy(update={"cleanPodPolicy": self.spec.cleanPodPolicy})
+        return policy
 
 
 class PaddleJob(_TrainingJobBase):

@@ -1,4 +1,5 @@
-"""Turn a job into the Kubernetes objects a worker creates: pods and headless services."""
+"""Turn a job into the Kubernetes objects a worker creates: pods, headless services and the
+ConfigMaps some kinds need, without ever asking which kind it is."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 from schemas.kubeflow import AnyJob
 from schemas.pod import Container, ContainerPort, EnvVar, PodSpec
 from workers.frameworks import adapter_for
-from workers.frameworks.base import FrameworkAdapter, service_name
+from workers.frameworks.base import FrameworkAdapter
 from workers.network import ClusterNetwork, Network
 
 GROUP = "training.kubeflow.org"
@@ -22,6 +23,11 @@ LABEL_JOB_UID = "trainhub.io/job-uid"
 LABEL_ATTEMPT = "trainhub.io/attempt"
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
 OPERATOR_NAME = "trainhub"
+
+INIT_CONTAINER_IMAGE = "alpine:3.10"
+"""Upstream's default image for the container that waits for the master's name."""
+INIT_CONTAINER_MAX_TRIES = 100
+"""Upstream's default: 100 lookups two seconds apart."""
 
 
 @dataclass
@@ -36,6 +42,11 @@ class PodPlan:
     restart_policy: str
     """The replica's policy, ExitCode included (the pod itself gets Never for ExitCode)."""
     default_container: str
+    master_address: tuple[str, int] | None = None
+    """Where the master listens as this job's network reaches it, when this pod must not start
+    before the master is reachable. `kube` pods carry an init container for it (unless rendered
+    with `wait_for_master=False`); a backend without one waits for the port to accept
+    connections before it starts the pod."""
 
     @property
     def requests(self) -> dict[str, Decimal]:
@@ -84,24 +95,44 @@ class ServicePlan:
 
 
 @dataclass
+class ConfigMapPlan:
+    name: str
+    namespace: str
+    labels: dict[str, str]
+    data: dict[str, str]
+
+    def manifest(self) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": self.name, "namespace": self.namespace, "labels": self.labels},
+            "data": self.data,
+        }
+
+
+@dataclass
 class RenderedJob:
     job: AnyJob
     adapter: FrameworkAdapter
     pods: list[PodPlan] = field(default_factory=list)
     services: list[ServicePlan] = field(default_factory=list)
+    config_maps: list[ConfigMapPlan] = field(default_factory=list)
+    """Created before the pods that mount them."""
 
     def manifests(self) -> list[dict[str, Any]]:
-        return [s.manifest() for s in self.services] + [p.manifest() for p in self.pods]
+        return (
+            [c.manifest() for c in self.config_maps]
+            + [s.manifest() for s in self.services]
+            + [p.manifest() for p in self.pods]
+        )
 
     def pod(self, name: str) -> PodPlan | None:
         return next((p for p in self.pods if p.name == name), None)
 
 
-def _labels(job: AnyJob, rtype: str, index: int, attempt: int) -> dict[str, str]:
+def _job_labels(job: AnyJob, attempt: int) -> dict[str, str]:
     return {
         LABEL_JOB_NAME: job.metadata.name,
-        LABEL_REPLICA_TYPE: rtype.lower(),
-        LABEL_REPLICA_INDEX: str(index),
         LABEL_OPERATOR: OPERATOR_NAME,
         LABEL_JOB_UID: job.uid,
         LABEL_ATTEMPT: str(attempt),
@@ -109,11 +140,22 @@ def _labels(job: AnyJob, rtype: str, index: int, attempt: int) -> dict[str, str]
     }
 
 
-def _with_environment(container: Container, injected: dict[str, str]) -> Container:
+def _labels(job: AnyJob, rtype: str, index: int, attempt: int) -> dict[str, str]:
+    return {
+        LABEL_JOB_NAME: job.metadata.name,
+        LABEL_REPLICA_TYPE: rtype.lower(),
+        LABEL_REPLICA_INDEX: str(index),
+        **_job_labels(job, attempt),
+    }
+
+
+def _with_environment(container: Container, injected: list[EnvVar]) -> Container:
     """Injected variables first; a variable the user set keeps the user's value."""
+    if not injected:
+        return container
     own = list(container.env or [])
     names = {e.name for e in own}
-    env = [EnvVar(name=k, value=v) for k, v in injected.items() if k not in names] + own
+    env = [e for e in injected if e.name not in names] + own
     return container.model_copy(update={"env": env})
 
 
@@ -126,33 +168,69 @@ def _with_port(container: Container, name: str, port: int) -> Container:
     )
 
 
+def _wait_for_master(adapter: FrameworkAdapter, host: str, image: str) -> Container:
+    """Upstream's init container: retry `nslookup` of the master's Service until it resolves."""
+    script = (
+        f"err=1;for i in $(seq {INIT_CONTAINER_MAX_TRIES}); do if nslookup {host}; "
+        "then err=0 && break; fi;echo waiting for master; sleep 2; done; exit $err"
+    )
+    return Container.model_validate(
+        {
+            "name": f"init-{adapter.default_container}",
+            "image": image,
+            "imagePullPolicy": "IfNotPresent",
+            "resources": {
+                "limits": {"cpu": "100m", "memory": "20Mi"},
+                "requests": {"cpu": "50m", "memory": "10Mi"},
+            },
+            "command": ["sh", "-c", script],
+        }
+    )
+
+
 def _pod_plan(
-    job: AnyJob, adapter: FrameworkAdapter, rtype: str, index: int, net: Network, attempt: int
+    job: AnyJob,
+    adapter: FrameworkAdapter,
+    rtype: str,
+    index: int,
+    net: Network,
+    *,
+    attempt: int,
+    wait_for_master: bool,
+    init_image: str,
 ) -> PodPlan:
     template = job.replica_specs[rtype].template
+    namespace = job.metadata.namespace
     labels = {**(template.metadata.labels or {}), **_labels(job, rtype, index, attempt)}
     if adapter.is_master(job, rtype, index):
         labels[LABEL_JOB_ROLE] = "master"
     env = adapter.environment(job, rtype, index, net)
-    names = [c.name for c in template.spec.containers]
-    main = adapter.default_container if adapter.default_container in names else names[0]
-    port = adapter.port_of(job, rtype)
+    main = adapter.main_container(job, rtype)
     containers = []
     for container in template.spec.containers:
-        updated = _with_environment(container, env)
-        if container.name == main and adapter.creates_services:
-            updated = _with_port(updated, adapter.port_name, port)
+        updated = container
+        if adapter.env_in_every_container or container.name == main:
+            updated = _with_environment(updated, env)
+        if container.name == main and adapter.injects_default_port:
+            updated = _with_port(updated, adapter.port_name, adapter.port_of(job, rtype))
         containers.append(updated)
     policy = adapter.restart_policy(job, rtype)
-    spec = template.spec.model_copy(
-        update={
-            "containers": containers,
-            "restartPolicy": "Never" if policy == "ExitCode" else policy,
-        }
-    )
+    update: dict[str, Any] = {
+        "containers": containers,
+        "restartPolicy": "Never" if policy == "ExitCode" else policy,
+    }
+    master_address = None
+    master = adapter.master_endpoint(job)
+    if master is not None and adapter.waits_for_master(job, rtype, index):
+        host = net.host(master.service, namespace)
+        master_address = (host, net.port(master.service, master.port))
+        if wait_for_master:
+            init = _wait_for_master(adapter, host, init_image)
+            update["initContainers"] = [*(template.spec.initContainers or []), init]
+    spec = adapter.decorate_pod(job, rtype, index, template.spec.model_copy(update=update))
     return PodPlan(
-        name=service_name(job, rtype, index),
-        namespace=job.metadata.namespace,
+        name=adapter.pod_name(job, rtype, index),
+        namespace=namespace,
         replica_type=rtype,
         index=index,
         labels=labels,
@@ -160,30 +238,60 @@ def _pod_plan(
         spec=spec,
         restart_policy=policy,
         default_container=main,
+        master_address=master_address,
     )
 
 
-def render_job(job: AnyJob, net: Network | None = None, *, attempt: int = 1) -> RenderedJob:
-    """Every object the worker will create for the job, with each framework's environment."""
+def _service_plan(pod: PodPlan) -> ServicePlan:
+    """Headless, selecting exactly its pod, publishing the main container's named ports."""
+    selector = {k: pod.labels[k] for k in (LABEL_JOB_NAME, LABEL_REPLICA_TYPE, LABEL_REPLICA_INDEX)}
+    ports = [(p.name, p.containerPort) for p in pod.main_container.ports or [] if p.name]
+    return ServicePlan(
+        name=pod.name,
+        namespace=pod.namespace,
+        labels={k: v for k, v in pod.labels.items() if k != LABEL_JOB_ROLE},
+        selector=selector,
+        ports=ports,
+    )
+
+
+def render_job(
+    job: AnyJob,
+    net: Network | None = None,
+    *,
+    attempt: int = 1,
+    wait_for_master: bool = True,
+    init_image: str = INIT_CONTAINER_IMAGE,
+) -> RenderedJob:
+    """Every object the worker will create for the job, with each framework's environment.
+
+    `wait_for_master=False` leaves out the init container that holds workers until the
+    master's name resolves, for backends that cannot run one (they use `master_address`)."""
     adapter = adapter_for(job.kind)
     net = net or ClusterNetwork()
     rendered = RenderedJob(job=job, adapter=adapter)
+    for config in adapter.config_maps(job):
+        rendered.config_maps.append(
+            ConfigMapPlan(
+                name=config.name,
+                namespace=job.metadata.namespace,
+                labels={**config.labels, **_job_labels(job, attempt)},
+                data=config.data,
+            )
+        )
     for rtype in job.replica_specs:
         for index in range(job.replicas_of(rtype)):
-            pod = _pod_plan(job, adapter, rtype, index, net, attempt)
+            pod = _pod_plan(
+                job,
+                adapter,
+                rtype,
+                index,
+                net,
+                attempt=attempt,
+                wait_for_master=wait_for_master,
+                init_image=init_image,
+            )
             rendered.pods.append(pod)
             if adapter.creates_services:
-                selector = {
-                    k: pod.labels[k]
-                    for k in (LABEL_JOB_NAME, LABEL_REPLICA_TYPE, LABEL_REPLICA_INDEX)
-                }
-                rendered.services.append(
-                    ServicePlan(
-                        name=pod.name,
-                        namespace=pod.namespace,
-                        labels={k: v for k, v in pod.labels.items() if k != LABEL_JOB_ROLE},
-                        selector=selector,
-                        ports=[(adapter.port_name, adapter.port_of(job, rtype))],
-                    )
-                )
+                rendered.services.append(_service_plan(pod))
     return rendered

@@ -17,9 +17,8 @@ import socket
 import ssl
 import subprocess
 import time
-import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -29,18 +28,36 @@ from typing import Any
 import yaml
 
 from trainhub.sandbox.errors import SandboxError
+from trainhub.sandbox.kube_api import ApiClient
 from trainhub.sandbox.kube_build import KubeBinaries, build_kube_binaries
+from trainhub.sandbox.kube_rbac import WORKER_USER, namespace_manifest, worker_rbac
+
+__all__ = [
+    "DEFAULT_STAGES",
+    "STATE_FILE",
+    "WORKER_USER",
+    "ApiClient",
+    "ClusterSpec",
+    "KubeSandbox",
+    "MemberCluster",
+    "NodePool",
+    "NodeTaint",
+    "SandboxProcess",
+    "free_ports",
+    "load_state",
+    "node_manifests",
+    "start_member_clusters",
+    "stop_member_clusters",
+    "write_state",
+]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_STAGES = Path(__file__).resolve().parents[2] / "deploy" / "sandbox" / "kube" / "stages.yaml"
-WORKER_USER = "trainhub-worker"
 STATE_FILE = "state.json"
 
 _SCHEDULER_USER = "system:kube-scheduler"
 _KWOK_USER = "kwok-controller"
-_WORKER_ROLE = "trainhub-worker"
-_WORKER_NODE_ROLE = "trainhub-worker-nodes"
 _SERVICE_CIDR = "10.0.0.0/24"
 _POD_CIDR = "10.244.0.0/16"
 _POLL_SECONDS = 0.25
@@ -75,6 +92,8 @@ class ClusterSpec:
     name: str
     pools: tuple[NodePool, ...] = (NodePool(),)
     worker_namespaces: tuple[str, ...] = ("default",)
+    apiserver_args: tuple[str, ...] = ()
+    """Extra kube-apiserver flags, e.g. `--watch-cache=false` to serve watches from etcd."""
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> ClusterSpec:
@@ -84,7 +103,10 @@ class ClusterSpec:
             for pool in data.get("pools", [{}])
         )
         namespaces = tuple(data.get("worker_namespaces", ("default",)))
-        return cls(name=data["name"], pools=pools, worker_namespaces=namespaces)
+        extra = tuple(data.get("apiserver_args", ()))
+        return cls(
+            name=data["name"], pools=pools, worker_namespaces=namespaces, apiserver_args=extra
+        )
 
 
 @dataclass(frozen=True)
@@ -245,66 +267,6 @@ def node_manifests(spec: ClusterSpec) -> list[dict[str, Any]]:
     return nodes
 
 
-# --- HTTP to the apiserver, without kubectl -------------------------------------------------
-
-
-class ApiClient:
-    """Minimal JSON-over-HTTPS client for one apiserver and one bearer token."""
-
-    def __init__(self, server: str, token: str, ca_file: Path | None) -> None:
-        self.server = server
-        self._token = token
-        self._ca_file = ca_file
-        self._ssl: ssl.SSLContext | None = None
-
-    def _context(self) -> ssl.SSLContext:
-        """Built on first use: the apiserver writes its self-signed CA only once it starts."""
-        if self._ssl is None:
-            if self._ca_file is None:
-                self._ssl = ssl.create_default_context()
-                self._ssl.check_hostname = False
-                self._ssl.verify_mode = ssl.CERT_NONE
-            else:
-                self._ssl = ssl.create_default_context(cafile=str(self._ca_file))
-        return self._ssl
-
-    @classmethod
-    def for_cluster(cls, cluster: MemberCluster, *, worker: bool = False) -> ApiClient:
-        token = cluster.worker_token if worker else cluster.admin_token
-        return cls(cluster.server, token, cluster.ca_file)
-
-    def request(
-        self, method: str, path: str, body: Mapping[str, Any] | None = None
-    ) -> tuple[int, dict[str, Any]]:
-        """Send one request; return the status code and the decoded JSON (or {})."""
-        data = json.dumps(body).encode() if body is not None else None
-        content_type = "application/merge-patch+json" if method == "PATCH" else "application/json"
-        headers = {"Authorization": f"Bearer {self._token}", "Accept": "application/json"}
-        if data is not None:
-            headers["Content-Type"] = content_type
-        request = urllib.request.Request(self.server + path, data, headers, method=method)
-        try:
-            with urllib.request.urlopen(request, context=self._context(), timeout=10) as response:
-                return response.status, _decode(response.read())
-        except urllib.error.HTTPError as error:
-            return error.code, _decode(error.read())
-
-    def ensure(self, path: str, body: Mapping[str, Any]) -> None:
-        """POST `body` to the collection `path`; an existing object is fine."""
-        status, reply = self.request("POST", path, body)
-        if status not in (200, 201, 409):
-            name = body.get("metadata", {}).get("name")
-            raise SandboxError(f"POST {self.server}{path} ({name}): {status} {reply}")
-
-
-def _decode(raw: bytes) -> dict[str, Any]:
-    try:
-        decoded = json.loads(raw) if raw else {}
-    except ValueError:
-        return {"raw": raw.decode(errors="replace")}
-    return decoded if isinstance(decoded, dict) else {"items": decoded}
-
-
 # --- etcd ------------------------------------------------------------------------------------
 
 
@@ -424,6 +386,7 @@ def _launch_apiserver(
         "--endpoint-reconciler-type=none",
         "--allow-privileged=true",
         "--profiling=false",
+        *spec.apiserver_args,
     ]
     process = _spawn("kube-apiserver", args, cluster_dir / "kube-apiserver.log", sandbox.children)
     return _Pending(spec=spec, dir=cluster_dir, port=port, tokens=tokens, apiserver=process)
@@ -540,52 +503,11 @@ def _write_kubeconfig(
 def _bootstrap(admin: ApiClient, spec: ClusterSpec) -> None:
     """Namespaces, the worker's RBAC and the fake nodes."""
     for namespace in spec.worker_namespaces:
-        admin.ensure("/api/v1/namespaces", _object("v1", "Namespace", namespace))
-    for path, body in _worker_rbac(spec.worker_namespaces):
+        admin.ensure("/api/v1/namespaces", namespace_manifest(namespace))
+    for path, body in worker_rbac(spec.worker_namespaces):
         admin.ensure(path, body)
     for node in node_manifests(spec):
         admin.ensure("/api/v1/nodes", node)
-
-
-def _worker_rbac(namespaces: Sequence[str]) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Least privilege for the worker: its pods and services, reading nodes, writing events."""
-    rbac = "rbac.authorization.k8s.io/v1"
-    base = "/apis/rbac.authorization.k8s.io/v1"
-    node_role = _object(rbac, "ClusterRole", _WORKER_NODE_ROLE)
-    node_role["rules"] = [_rule("nodes", ["get", "list", "watch"])]
-    yield f"{base}/clusterroles", node_role
-    yield f"{base}/clusterrolebindings", _binding("ClusterRoleBinding", _WORKER_NODE_ROLE, None)
-    object_verbs = ["create", "get", "list", "watch", "delete", "patch"]
-    for namespace in namespaces:
-        role = _object(rbac, "Role", _WORKER_ROLE, namespace)
-        role["rules"] = [
-            _rule("pods", object_verbs),
-            _rule("services", object_verbs),
-            _rule("pods/log", ["get"]),
-            _rule("events", ["create"]),
-        ]
-        yield f"{base}/namespaces/{namespace}/roles", role
-        binding = _binding("RoleBinding", _WORKER_ROLE, namespace)
-        yield f"{base}/namespaces/{namespace}/rolebindings", binding
-
-
-def _object(api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
-    metadata = {"name": name} if namespace is None else {"name": name, "namespace": namespace}
-    return {"apiVersion": api_version, "kind": kind, "metadata": metadata}
-
-
-def _rule(resource: str, verbs: list[str]) -> dict[str, Any]:
-    return {"apiGroups": [""], "resources": [resource], "verbs": verbs}
-
-
-def _binding(kind: str, role: str, namespace: str | None) -> dict[str, Any]:
-    binding = _object("rbac.authorization.k8s.io/v1", kind, role, namespace)
-    role_kind = "ClusterRole" if namespace is None else "Role"
-    binding["roleRef"] = {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role}
-    binding["subjects"] = [
-        {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": WORKER_USER}
-    ]
-    return binding
 
 
 def _taint(taint: NodeTaint) -> dict[str, str]:

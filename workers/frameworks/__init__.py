@@ -4,8 +4,23 @@ from __future__ import annotations
 
 from workers.frameworks.base import FrameworkAdapter
 from workers.frameworks.jax import JAXAdapter
+from workers.frameworks.mpi import MPIAdapter
+from workers.frameworks.paddle import PaddleAdapter
+from workers.frameworks.pytorch import PyTorchAdapter
+from workers.frameworks.tensorflow import TFAdapter
+from workers.frameworks.xgboost import XGBoostAdapter
 
-ADAPTERS: dict[str, FrameworkAdapter] = {a.kind: a for a in (JAXAdapter(),)}
+ADAPTERS: dict[str, FrameworkAdapter] = {
+    a.kind: a
+    for a in (
+        TFAdapter(),
+        PyTorchAdapter(),
+        XGBoostAdapter(),
+        MPIAdapter(),
+        PaddleAdapter(),
+        JAXAdapter(),
+    )
+}
 
 
 class UnsupportedKind(ValueError):

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import abc
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from schemas.kubeflow import AnyJob
+from schemas.pod import EnvVar, PodSpec
 from workers.network import Network
+
+_INTEGER = re.compile(r"^[+-]?\d+$")
 
 
 @dataclass(frozen=True)
@@ -17,10 +21,44 @@ class ReplicaCounts:
     active: int = 0
     succeeded: int = 0
     failed: int = 0
+    succeeded_indexes: frozenset[int] = frozenset()
+    """Which replica indexes succeeded: TFJob's rule asks about worker 0 in particular."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A replica's service and the port its default container declares (before any remap)."""
+
+    service: str
+    port: int
+
+
+@dataclass(frozen=True)
+class ConfigData:
+    """A ConfigMap a kind needs besides its pods (MPIJob's hostfile); rendering adds the
+    namespace and the job's labels."""
+
+    name: str
+    data: dict[str, str]
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 def service_name(job: AnyJob, rtype: str, index: int) -> str:
     return f"{job.metadata.name}-{rtype.lower()}-{index}"
+
+
+def plain_env(values: Mapping[str, str]) -> list[EnvVar]:
+    return [EnvVar(name=k, value=v) for k, v in values.items()]
+
+
+def as_integer(text: str | None) -> int | None:
+    """Go's strconv.Atoi: an optional sign and decimal digits, nothing else."""
+    return int(text) if text is not None and _INTEGER.match(text) else None
+
+
+def all_succeeded(counts: Mapping[str, ReplicaCounts], rtype: str) -> bool:
+    found = counts.get(rtype)
+    return found is not None and found.succeeded >= found.expected
 
 
 class FrameworkAdapter(abc.ABC):
@@ -30,6 +68,20 @@ class FrameworkAdapter(abc.ABC):
     default_port: ClassVar[int]
     default_restart_policy: ClassVar[str]
     creates_services: ClassVar[bool] = True
+    """A headless Service per pod, named like the pod."""
+    injects_default_port: ClassVar[bool] = True
+    """Add `port_name`/`default_port` to the main container unless a port of that name exists."""
+    env_in_every_container: ClassVar[bool] = True
+    """False: the kind's variables go into the main container only (TF_CONFIG, MPI launcher)."""
+
+    def pod_name(self, job: AnyJob, rtype: str, index: int) -> str:
+        """The pod's name, which is also its Service's name where the kind creates Services."""
+        return service_name(job, rtype, index)
+
+    def main_container(self, job: AnyJob, rtype: str) -> str:
+        """The container whose ports are published and whose exit code decides restarts."""
+        names = [c.name for c in job.replica_specs[rtype].template.spec.containers]
+        return self.default_container if self.default_container in names else names[0]
 
     def port_of(self, job: AnyJob, rtype: str) -> int:
         """The replica's port: the default container's port of our name, else the default."""
@@ -47,13 +99,30 @@ class FrameworkAdapter(abc.ABC):
         rspec = job.replica_specs[rtype]
         return rspec.restartPolicy or self.default_restart_policy
 
+    def master_endpoint(self, job: AnyJob) -> Endpoint | None:
+        """The replica the others must be able to reach before they start, if the kind has one
+        (upstream waits for it with an init container)."""
+        return None
+
+    def waits_for_master(self, job: AnyJob, rtype: str, index: int) -> bool:
+        master = self.master_endpoint(job)
+        return master is not None and self.pod_name(job, rtype, index) != master.service
+
+    def config_maps(self, job: AnyJob) -> list[ConfigData]:
+        """ConfigMaps to create before the pods."""
+        return []
+
+    def decorate_pod(self, job: AnyJob, rtype: str, index: int, spec: PodSpec) -> PodSpec:
+        """Last kind-specific touches on a pod spec that already has env, ports and policy."""
+        return spec
+
     @abc.abstractmethod
     def is_master(self, job: AnyJob, rtype: str, index: int) -> bool:
         """Whether this replica carries `training.kubeflow.org/job-role=master`."""
 
     @abc.abstractmethod
-    def environment(self, job: AnyJob, rtype: str, index: int, net: Network) -> dict[str, str]:
-        """Variables injected into every container of the replica."""
+    def environment(self, job: AnyJob, rtype: str, index: int, net: Network) -> list[EnvVar]:
+        """Variables injected into the replica's containers, in upstream's order."""
 
     @abc.abstractmethod
     def succeeded(self, job: AnyJob, counts: Mapping[str, ReplicaCounts]) -> bool:

@@ -1,0 +1,40 @@
+"""Start trainhub commands as real OS processes for the multi-process tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+
+class Process:
+    def __init__(self, name: str, args: list[str], logs: Path) -> None:
+        self.name = name
+        self.log_path = logs / f"{name}.log"
+        self._log = self.log_path.open("ab")
+        self.popen = subprocess.Popen(
+            [sys.executable, "-m", "trainhub", *args],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+    def kill(self) -> None:
+        self.popen.send_signal(signal.SIGKILL)
+        self.popen.wait(10)
+
+    def terminate(self, timeout: float = 20) -> int:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(5)
+        self._log.close()
+        return self.popen.returncode
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")

@@ -1,0 +1,174 @@
+"""Hub and workers as separate OS processes on a real broker, as they are deployed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bus.kafka import KafkaBus
+from bus.kafka_settings import KafkaSettings
+from bus.topics import Topics
+from schemas.codec import decode_event
+from schemas.events import EventType, JobStatusUpdate
+from schemas.status import JobPhase
+from tests.helpers import jax_job
+from tests.kafka.processes import Process
+
+pytestmark = pytest.mark.kafka
+
+
+def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "trainhub", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+async def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run a trainhub command without blocking the event loop."""
+    return await asyncio.to_thread(_cli, *args, timeout=timeout)
+
+
+def _common(kafka_settings: KafkaSettings, topics: Topics) -> list[str]:
+    return ["--bootstrap", kafka_settings.bootstrap, "--topic-prefix", topics.prefix]
+
+
+async def _statuses(settings: KafkaSettings, topics: Topics) -> list[JobStatusUpdate]:
+    bus = KafkaBus(settings)
+    await bus.start()
+    subscription = bus.subscribe([topics.status], group=None)
+    await subscription.start()
+    updates: list[JobStatusUpdate] = []
+    try:
+        while True:
+            for record in await subscription.poll(timeout=0.3, max_records=5000):
+                event = decode_event(record.headers, record.value)
+                if event.type == EventType.JOB_STATUS:
+                    updates.append(event.data_as(JobStatusUpdate))
+            if await subscription.lag() == 0:
+                return updates
+    finally:
+        await subscription.stop()
+        await bus.close()
+
+
+def _final_phases(updates: list[JobStatusUpdate]) -> dict[str, JobPhase]:
+    latest: dict[str, JobPhase] = {}
+    for update in updates:
+        latest[update.uid] = update.phase
+    return latest
+
+
+async def _wait_until(
+    settings: KafkaSettings, topics: Topics, check, timeout: float
+) -> list[JobStatusUpdate]:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        updates = await _statuses(settings, topics)
+        if check(updates) or time.monotonic() > deadline:
+            return updates
+        await asyncio.sleep(0.5)
+
+
+async def test_200_jobs_survive_a_hub_sigkill_without_loss_or_double_runs(
+    kafka_settings: KafkaSettings, topics: Topics, tmp_path: Path
+) -> None:
+    common = _common(kafka_settings, topics)
+    hub = Process("hub-1", ["hub", *common, "--heartbeat-interval", "0.5"], tmp_path)
+    workers = [
+        Process(
+            f"worker-{name}",
+            [
+                "worker",
+                *common,
+                "--cluster",
+                name,
+                "--backend",
+                "sim",
+                "--capacity",
+                "cpu=8,memory=32Gi,nodes=2",
+                "--heartbeat-interval",
+                "0.5",
+            ],
+            tmp_path,
+        )
+        for name in ("east", "west")
+    ]
+    jobs_file = tmp_path / "jobs.yaml"
+    jobs_file.write_text(
+        yaml.safe_dump_all(
+            [jax_job(f"job-{i:03d}", workers=2, duration="0.4s") for i in range(200)]
+        )
+    )
+    submit = await cli("submit", str(jobs_file), *common)
+    assert submit.returncode == 0, submit.stderr
+    assert submit.stdout.count("submitted ") == 200
+
+    def some_placed(updates: list[JobStatusUpdate]) -> bool:
+        return sum(u.phase == JobPhase.ASSIGNED for u in updates) >= 40
+
+    await _wait_until(kafka_settings, topics, some_placed, 60)
+    hub.kill()
+    restarted = Process("hub-2", ["hub", *common, "--heartbeat-interval", "0.5"], tmp_path)
+    try:
+
+        def all_done(updates: list[JobStatusUpdate]) -> bool:
+            return sum(p.finished for p in _final_phases(updates).values()) >= 200
+
+        updates = await _wait_until(kafka_settings, topics, all_done, 180)
+        final = _final_phases(updates)
+        logs = restarted.log()[-3000:]
+        assert len(final) == 200, logs
+        assert set(final.values()) == {JobPhase.SUCCEEDED}, logs
+        runs: dict[str, set[tuple[str | None, int]]] = defaultdict(set)
+        for update in updates:
+            if update.phase in (JobPhase.CREATED, JobPhase.RUNNING, JobPhase.SUCCEEDED):
+                runs[update.uid].add((update.cluster, update.attempt))
+        assert all(len(r) == 1 for r in runs.values()), {
+            u: r for u, r in runs.items() if len(r) > 1
+        }
+        assert {attempt for r in runs.values() for _, attempt in r} == {1}
+    finally:
+        for process in (restarted, *workers):
+            assert process.terminate() in (0, -15), process.log()[-2000:]
+
+
+async def test_status_command_and_submit_watch(
+    kafka_settings: KafkaSettings, topics: Topics, tmp_path: Path
+) -> None:
+    common = _common(kafka_settings, topics)
+    hub = Process("hub", ["hub", *common], tmp_path)
+    worker = Process(
+        "worker",
+        ["worker", *common, "--cluster", "solo", "--backend", "sim", "--heartbeat-interval", "0.5"],
+        tmp_path,
+    )
+    try:
+        job_file = tmp_path / "job.yaml"
+        job_file.write_text(yaml.safe_dump(jax_job("watched", workers=2, duration="0.5s")))
+        watched = await cli("submit", str(job_file), "--watch", *common, timeout=120)
+        assert watched.returncode == 0, watched.stdout + watched.stderr + hub.log()
+        for phase in ("Queued", "Assigned", "Created", "Running", "Succeeded"):
+            assert phase in watched.stdout
+        shown = await cli("status", "default/watched", "-o", "json", *common, timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        status = json.loads(shown.stdout)
+        assert status["phase"] == "Succeeded" and status["cluster"] == "solo"
+        failing = tmp_path / "failing.yaml"
+        failing.write_text(yaml.safe_dump(jax_job("failing", workers=1, exit_code="4")))
+        failed = await cli("submit", str(failing), "--watch", *common, timeout=120)
+        assert failed.returncode == 1 and "Failed" in failed.stdout
+    finally:
+        assert hub.terminate() in (0, -15), hub.log()[-2000:]
+        assert worker.terminate() in (0, -15), worker.log()[-2000:]

@@ -1,0 +1,159 @@
+"""What rendering guarantees for every kind: names, labels, services, ports, policies, and
+`trainhub render` showing all of it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from schemas.job_parsing import parse_job
+from schemas.kubeflow import JOB_CLASSES
+from trainhub.cli import app
+from workers.frameworks import ADAPTERS, UnsupportedKind, adapter_for
+from workers.rendering import (
+    LABEL_ATTEMPT,
+    LABEL_JOB_NAME,
+    LABEL_JOB_ROLE,
+    LABEL_JOB_UID,
+    LABEL_OPERATOR,
+    LABEL_REPLICA_INDEX,
+    LABEL_REPLICA_TYPE,
+    render_job,
+)
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "kubeflow"
+EXAMPLES = sorted(DATA.glob("*.yaml"))
+
+
+def document(path: Path) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(path.read_text())
+    return loaded
+
+
+def test_every_kind_has_an_adapter() -> None:
+    assert set(ADAPTERS) == set(JOB_CLASSES)
+    for kind, cls in JOB_CLASSES.items():
+        adapter = ADAPTERS[kind]
+        assert adapter.default_container == cls.DEFAULT_CONTAINER
+    with pytest.raises(UnsupportedKind, match="MXJob"):
+        adapter_for("MXJob")
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_objects_are_named_and_labelled(path: Path) -> None:
+    job = parse_job(document(path))
+    rendered = render_job(job, attempt=3)
+    assert len(rendered.pods) == job.total_replicas
+    names = [p.name for p in rendered.pods]
+    assert len(set(names)) == len(names)
+    for pod in rendered.pods:
+        assert pod.namespace == job.metadata.namespace
+        assert pod.labels[LABEL_JOB_NAME] == job.metadata.name
+        assert pod.labels[LABEL_REPLICA_TYPE] == pod.replica_type.lower()
+        assert pod.labels[LABEL_REPLICA_INDEX] == str(pod.index)
+        assert pod.labels[LABEL_OPERATOR] == "trainhub"
+        assert pod.labels[LABEL_JOB_UID] == job.uid
+        assert pod.labels[LABEL_ATTEMPT] == "3"
+        policy = job.replica_specs[pod.replica_type].restartPolicy
+        assert pod.restart_policy == (policy or rendered.adapter.default_restart_policy)
+        assert pod.spec.restartPolicy == ("Never" if policy == "ExitCode" else pod.restart_policy)
+        assert pod.default_container in [c.name for c in pod.spec.containers]
+    masters = [p.name for p in rendered.pods if p.labels.get(LABEL_JOB_ROLE) == "master"]
+    # Exactly one master-role pod, except a collective PaddleJob (its role is the Master's).
+    assert len(masters) == (0 if path.stem == "paddle-collective" else 1)
+    for config in rendered.config_maps:
+        assert config.namespace == job.metadata.namespace
+        assert config.labels[LABEL_JOB_UID] == job.uid
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_one_headless_service_per_pod_selecting_it(path: Path) -> None:
+    rendered = render_job(parse_job(document(path)))
+    if not rendered.adapter.creates_services:
+        assert rendered.services == []
+        return
+    assert [s.name for s in rendered.services] == [p.name for p in rendered.pods]
+    for service, pod in zip(rendered.services, rendered.pods, strict=True):
+        assert service.selector.items() <= pod.labels.items()
+        assert LABEL_JOB_ROLE not in service.labels
+        others = [p for p in rendered.pods if p is not pod]
+        assert not any(service.selector.items() <= o.labels.items() for o in others)
+        manifest = service.manifest()
+        assert manifest["spec"]["clusterIP"] == "None"
+        port = rendered.adapter.port_of(rendered.job, pod.replica_type)
+        assert (rendered.adapter.port_name, port) in service.ports
+
+
+def test_default_port_goes_to_the_default_container_once() -> None:
+    doc = document(DATA / "jax-simple.yaml")
+    containers = doc["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    containers.insert(0, {"name": "sidecar", "image": "example/sidecar:1"})
+    containers[1]["ports"] = [{"name": "metrics", "containerPort": 9090}]
+    rendered = render_job(parse_job(doc))
+    pod = rendered.pods[0]
+    sidecar, jax = pod.spec.containers
+    assert sidecar.ports is None
+    assert [(p.name, p.containerPort) for p in jax.ports or []] == [
+        ("metrics", 9090),
+        ("jaxjob-port", 6666),
+    ]
+    assert pod.default_container == "jax"
+    # The service publishes every named port of the default container.
+    assert rendered.services[0].ports == [("metrics", 9090), ("jaxjob-port", 6666)]
+    # The env goes into every container of a JAX pod, as upstream does.
+    assert {e.name for e in sidecar.env or []} == {e.name for e in jax.env or []}
+
+
+def test_user_variables_win_over_injected_ones() -> None:
+    doc = document(DATA / "jax-simple.yaml")
+    container = doc["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    container["env"] = [{"name": "NUM_PROCESSES", "value": "7"}, {"name": "EXTRA", "value": "x"}]
+    env = render_job(parse_job(doc)).pods[0].spec.containers[0].env or []
+    assert [(e.name, e.value) for e in env] == [
+        ("PYTHONUNBUFFERED", "1"),
+        ("COORDINATOR_PORT", "6666"),
+        ("COORDINATOR_ADDRESS", "jaxjob-simple-worker-0"),
+        ("PROCESS_ID", "0"),
+        ("NUM_PROCESSES", "7"),
+        ("EXTRA", "x"),
+    ]
+
+
+def test_template_labels_annotations_and_init_containers_are_kept() -> None:
+    doc = document(DATA / "pytorch-simple.yaml")
+    template = doc["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    template["metadata"] = {"labels": {"team": "vision"}, "annotations": {"note": "keep"}}
+    template["spec"]["initContainers"] = [{"name": "fetch", "image": "example/fetch:1"}]
+    worker = render_job(parse_job(doc)).pods[1]
+    assert worker.labels["team"] == "vision"
+    assert worker.annotations == {"note": "keep"}
+    assert [c.name for c in worker.spec.initContainers or []] == ["fetch", "init-pytorch"]
+
+
+def test_init_image_can_be_chosen() -> None:
+    job = parse_job(document(DATA / "pytorch-simple.yaml"))
+    worker = render_job(job, init_image="busybox:1.36").pods[1]
+    assert [c.image for c in worker.spec.initContainers or []] == ["busybox:1.36"]
+
+
+def test_manifests_list_config_maps_services_then_pods() -> None:
+    for path in EXAMPLES:
+        kinds = [m["kind"] for m in render_job(parse_job(document(path))).manifests()]
+        order = {"ConfigMap": 0, "Service": 1, "Pod": 2}
+        assert kinds == sorted(kinds, key=order.__getitem__), path.stem
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_cli_render_shows_every_object(path: Path) -> None:
+    result = CliRunner().invoke(app, ["render", str(path), "-o", "json"])
+    assert result.exit_code == 0, result.output
+    objects = json.loads(result.stdout)
+    expected = render_job(parse_job(document(path))).manifests()
+    assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
+        (m["kind"], m["metadata"]["name"]) for m in expected
+    ]

@@ -1,0 +1,59 @@
+"""The worker's least-privilege identity in a sandbox cluster, as RBAC objects: its pods and
+services (and their logs, and events) only in the allowed namespaces; read-only nodes; and
+read-only pods cluster-wide, because a node's free capacity depends on everyone's pods."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+WORKER_USER = "trainhub-worker"
+_RBAC = "rbac.authorization.k8s.io/v1"
+_RBAC_GROUP = "rbac.authorization.k8s.io"
+_RBAC_PATH = f"/apis/{_RBAC}"
+_WORKER_ROLE = "trainhub-worker"
+_WORKER_NODE_ROLE = "trainhub-worker-nodes"
+_WORKER_POD_READER_ROLE = "trainhub-worker-pod-reader"
+_READ = ["get", "list", "watch"]
+_WRITE = ["create", "get", "list", "watch", "delete", "patch"]
+
+
+def namespace_manifest(name: str) -> dict[str, Any]:
+    return _object("v1", "Namespace", name)
+
+
+def worker_rbac(namespaces: Sequence[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(collection path, object) pairs that grant the worker what it needs and no more."""
+    for role_name, resource in ((_WORKER_NODE_ROLE, "nodes"), (_WORKER_POD_READER_ROLE, "pods")):
+        role = _object(_RBAC, "ClusterRole", role_name)
+        role["rules"] = [_rule(resource, _READ)]
+        yield f"{_RBAC_PATH}/clusterroles", role
+        yield f"{_RBAC_PATH}/clusterrolebindings", _binding("ClusterRoleBinding", role_name, None)
+    for namespace in namespaces:
+        role = _object(_RBAC, "Role", _WORKER_ROLE, namespace)
+        role["rules"] = [
+            _rule("pods", _WRITE),
+            _rule("services", _WRITE),
+            _rule("pods/log", ["get"]),
+            _rule("events", ["create"]),
+        ]
+        yield f"{_RBAC_PATH}/namespaces/{namespace}/roles", role
+        binding = _binding("RoleBinding", _WORKER_ROLE, namespace)
+        yield f"{_RBAC_PATH}/namespaces/{namespace}/rolebindings", binding
+
+
+def _object(api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
+    metadata = {"name": name} if namespace is None else {"name": name, "namespace": namespace}
+    return {"apiVersion": api_version, "kind": kind, "metadata": metadata}
+
+
+def _rule(resource: str, verbs: list[str]) -> dict[str, Any]:
+    return {"apiGroups": [""], "resources": [resource], "verbs": verbs}
+
+
+def _binding(kind: str, role: str, namespace: str | None) -> dict[str, Any]:
+    binding = _object(_RBAC, kind, role, namespace)
+    role_kind = "ClusterRole" if namespace is None else "Role"
+    binding["roleRef"] = {"apiGroup": _RBAC_GROUP, "kind": role_kind, "name": role}
+    binding["subjects"] = [{"apiGroup": _RBAC_GROUP, "kind": "User", "name": WORKER_USER}]
+    return binding

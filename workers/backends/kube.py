@@ -1,0 +1,352 @@
+"""`kube`: a real Kubernetes cluster through kubernetes_asyncio, one kubeconfig context each.
+
+Pods and headless services are created idempotently from their rendered manifests, our pods
+are watched (list + watch, 410 relist) into observations, and capacity is read from the nodes
+and every pod bound to them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bus.aiotasks import TaskOwner
+from workers.backends.base import Backend, Capacity
+from workers.backends.kube_capacity import TERMINAL_PHASES, job_uid_of, node_snapshots
+from workers.backends.kube_client import (
+    KubeApi,
+    KubeConflict,
+    KubeError,
+    KubeForbidden,
+    KubeNotFound,
+    RetryPolicy,
+    connect,
+)
+from workers.backends.kube_watch import (
+    DEFAULT_CONTAINER_ANNOTATION,
+    PodObserver,
+    PodWatch,
+)
+from workers.rendering import LABEL_JOB_UID, LABEL_MANAGED, OPERATOR_NAME, PodPlan, ServicePlan
+
+log = logging.getLogger(__name__)
+
+MANAGED_SELECTOR = f"{LABEL_MANAGED}={OPERATOR_NAME}"
+_NOT_TERMINAL = ",".join(f"status.phase!={phase}" for phase in TERMINAL_PHASES)
+_LOG_TIMEOUT = 10.0
+_DELETE_CONCURRENCY = 16
+
+
+@dataclass
+class _KnownPod:
+    namespace: str
+    container: str | None
+    uid: str | None = None
+
+
+class KubeBackend(Backend):
+    kind = "kube"
+
+    def __init__(
+        self,
+        kubeconfig: str | Path,
+        *,
+        cluster: str,
+        context: str | None = None,
+        namespaces: Sequence[str] | None = None,
+        retry: RetryPolicy | None = None,
+        watch_timeout_seconds: int = 300,
+    ) -> None:
+        """`namespaces` is the allow-list the worker serves (None: all); writes stay inside it.
+        `context` defaults to the kubeconfig's current context."""
+        super().__init__()
+        self.kubeconfig = Path(kubeconfig)
+        self.context = context
+        self.cluster = cluster
+        self.namespaces = tuple(namespaces) if namespaces is not None else None
+        self.retry = retry or RetryPolicy()
+        self.watch_timeout_seconds = watch_timeout_seconds
+        self.watches: list[PodWatch] = []
+        self.observer = PodObserver()
+        self._api: KubeApi | None = None
+        self._tasks = TaskOwner(f"kube-{cluster}")
+        self._known: dict[tuple[str, str], _KnownPod] = {}
+        """(job uid, pod name) -> where the pod lives, for calls that only get the name."""
+        self._reads_all_pods: bool | None = None
+        """Whether the identity may list pods cluster-wide; None until first tried."""
+
+    @property
+    def api(self) -> KubeApi:
+        if self._api is None:
+            raise RuntimeError(f"KubeBackend for {self.cluster} is not started")
+        return self._api
+
+    def _extra(self, job_uid: str | None = None) -> dict[str, Any]:
+        return {"cluster": self.cluster, "job": job_uid}
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        api_client, identity = await connect(self.kubeconfig, self.context)
+        self._api = KubeApi(api_client, cluster=self.cluster, identity=identity, retry=self.retry)
+        try:
+            self.watches = await self._initial_watches()
+        except BaseException:
+            await self.close()
+            raise
+        for watch in self.watches:
+            self._tasks.spawn(watch.run(), f"watch-{watch.namespace or 'all'}")
+        scopes = ", ".join(w.namespace or "all namespaces" for w in self.watches)
+        log.info("watching pods in %s", scopes, extra=self._extra())
+
+    async def _initial_watches(self) -> list[PodWatch]:
+        """One cluster-wide watch when the identity may, else one per allowed namespace; each
+        lists first, so pods that exist already (adoption) are observed before start returns."""
+        watch = self._watch(None)
+        try:
+            await watch.list()
+            self._reads_all_pods = True
+            return [watch]
+        except KubeForbidden as error:
+            if self.namespaces is None:
+                raise
+            self._reads_all_pods = False
+            log.warning(
+                "watching per namespace; capacity counts only pods in %s: %s",
+                ", ".join(self.namespaces),
+                error,
+                extra=self._extra(),
+            )
+        watches = [self._watch(namespace) for namespace in self.namespaces]
+        for namespaced in watches:
+            await namespaced.list()
+        return watches
+
+    def _watch(self, namespace: str | None) -> PodWatch:
+        return PodWatch(
+            self.api,
+            namespace,
+            MANAGED_SELECTOR,
+            self._on_pod,
+            self._on_resync,
+            timeout_seconds=self.watch_timeout_seconds,
+        )
+
+    async def close(self) -> None:
+        await self._tasks.cancel_all()
+        if self._api is not None:
+            await self._api.close()
+            self._api = None
+
+    # -- watching -------------------------------------------------------------------------
+
+    def _allowed(self, namespace: str | None) -> bool:
+        return self.namespaces is None or namespace in self.namespaces
+
+    async def _on_pod(self, event: str, pod: Mapping[str, Any]) -> None:
+        metadata = pod.get("metadata") or {}
+        namespace = metadata.get("namespace")
+        if not self._allowed(namespace):
+            return
+        uid = str(metadata.get("uid") or "")
+        job_uid = job_uid_of(pod)
+        key = (job_uid or "", str(metadata.get("name")))
+        if event == "DELETED":
+            self.observer.forget(uid)
+            known = self._known.get(key)
+            # A pod re-created under the same name (a restart) keeps its entry.
+            if known is not None and known.uid in (uid, None):
+                del self._known[key]
+            return
+        if job_uid is not None and namespace:
+            container = (metadata.get("annotations") or {}).get(DEFAULT_CONTAINER_ANNOTATION)
+            self._known[key] = _KnownPod(str(namespace), container, uid)
+        observation = self.observer.observe(pod)
+        if observation is not None:
+            log.debug(
+                "pod %s is %s", observation.name, observation.phase, extra=self._extra(job_uid)
+            )
+            await self.observations.put(observation)
+
+    def _on_resync(self, namespace: str | None, uids: set[str]) -> None:
+        self.observer.retain(uids, namespace)
+
+    # -- objects --------------------------------------------------------------------------
+
+    async def create_service(self, job_uid: str, service: ServicePlan) -> None:
+        core = self.api.core
+        await self._create(
+            job_uid,
+            "services",
+            service.namespace,
+            service.name,
+            core.create_namespaced_service,
+            service.manifest(),
+        )
+
+    async def create_pod(self, job_uid: str, pod: PodPlan) -> None:
+        manifest = pod.manifest()
+        annotations = manifest["metadata"].setdefault("annotations", {})
+        annotations.setdefault(DEFAULT_CONTAINER_ANNOTATION, pod.default_container)
+        self._known[(job_uid, pod.name)] = _KnownPod(pod.namespace, pod.default_container)
+        await self._create(
+            job_uid, "pods", pod.namespace, pod.name, self.api.core.create_namespaced_pod, manifest
+        )
+
+    async def _create(
+        self,
+        job_uid: str,
+        resource: str,
+        namespace: str,
+        name: str,
+        method: Callable[..., Awaitable[Any]],
+        manifest: dict[str, Any],
+    ) -> None:
+        try:
+            await self.api.call("create", resource, namespace, method, namespace, manifest)
+        except KubeConflict:
+            log.debug(
+                "%s %s/%s exists already", resource, namespace, name, extra=self._extra(job_uid)
+            )
+        except KubeError as error:
+            log.error(
+                "cannot create %s %s/%s: %s",
+                resource,
+                namespace,
+                name,
+                error,
+                extra=self._extra(job_uid),
+            )
+            raise
+
+    async def _delete(self, job_uid: str, resource: str, namespace: str, name: str) -> None:
+        core = self.api.core
+        if resource == "pods":
+            method = core.delete_namespaced_pod
+            options = {"grace_period_seconds": 0, "propagation_policy": "Background"}
+        else:
+            method = core.delete_namespaced_service
+            options = {"propagation_policy": "Background"}
+        try:
+            await self.api.call("delete", resource, namespace, method, name, namespace, **options)
+        except KubeNotFound:
+            return
+        log.debug("deleted %s %s/%s", resource, namespace, name, extra=self._extra(job_uid))
+
+    async def delete_pod(self, job_uid: str, name: str, namespace: str) -> None:
+        await self._delete(job_uid, "pods", namespace, name)
+        await self._delete(job_uid, "services", namespace, name)
+
+    async def delete_job(self, job_uid: str) -> None:
+        selector = f"{LABEL_JOB_UID}={job_uid}"
+        targets = [("pods", obj) for obj in await self._list_ours("pods", selector)] + [
+            ("services", obj) for obj in await self._list_ours("services", selector)
+        ]
+        limit = asyncio.Semaphore(_DELETE_CONCURRENCY)
+
+        async def delete(resource: str, obj: Mapping[str, Any]) -> None:
+            metadata = obj.get("metadata") or {}
+            async with limit:
+                await self._delete(
+                    job_uid, resource, str(metadata.get("namespace")), str(metadata.get("name"))
+                )
+
+        await asyncio.gather(*(delete(resource, obj) for resource, obj in targets))
+        for key in [k for k in self._known if k[0] == job_uid]:
+            del self._known[key]
+        log.info("deleted %d objects", len(targets), extra=self._extra(job_uid))
+
+    async def _list_ours(self, resource: str, selector: str) -> list[dict[str, Any]]:
+        """Our objects of one kind matching `selector`, in the allowed namespaces."""
+        core = self.api.core
+        items: list[dict[str, Any]] = []
+        if self.namespaces is None:
+            method = (
+                core.list_pod_for_all_namespaces
+                if resource == "pods"
+                else core.list_service_for_all_namespaces
+            )
+            reply = await self.api.call("list", resource, None, method, label_selector=selector)
+            return list(reply.get("items") or [])
+        method = core.list_namespaced_pod if resource == "pods" else core.list_namespaced_service
+        for namespace in self.namespaces:
+            reply = await self.api.call(
+                "list", resource, namespace, method, namespace, label_selector=selector
+            )
+            items.extend(reply.get("items") or [])
+        return items
+
+    # -- capacity -------------------------------------------------------------------------
+
+    async def capacity(self) -> Capacity:
+        core = self.api.core
+        nodes = await self.api.call("list", "nodes", None, core.list_node)
+        pods = await self._active_pods()
+        snapshots, jobs = node_snapshots(nodes.get("items") or [], pods)
+        return Capacity(snapshots, jobs)
+
+    async def _active_pods(self) -> list[dict[str, Any]]:
+        """Every non-terminal pod (anyone's: they all take room on the nodes)."""
+        core = self.api.core
+        if self._reads_all_pods is not False:
+            try:
+                reply = await self.api.call(
+                    "list",
+                    "pods",
+                    None,
+                    core.list_pod_for_all_namespaces,
+                    field_selector=_NOT_TERMINAL,
+                )
+                self._reads_all_pods = True
+                return list(reply.get("items") or [])
+            except KubeForbidden as error:
+                if self.namespaces is None:
+                    raise
+                self._reads_all_pods = False
+                log.warning(
+                    "capacity counts only pods in %s: %s",
+                    ", ".join(self.namespaces),
+                    error,
+                    extra=self._extra(),
+                )
+        pods: list[dict[str, Any]] = []
+        for namespace in self.namespaces or ():
+            reply = await self.api.call(
+                "list",
+                "pods",
+                namespace,
+                core.list_namespaced_pod,
+                namespace,
+                field_selector=_NOT_TERMINAL,
+            )
+            pods.extend(reply.get("items") or [])
+        return pods
+
+    async def job_uids(self) -> set[str]:
+        objects = await self._list_ours("pods", MANAGED_SELECTOR)
+        objects += await self._list_ours("services", MANAGED_SELECTOR)
+        return {uid for uid in map(job_uid_of, objects) if uid is not None}
+
+    async def pod_logs(self, job_uid: str, name: str) -> str:
+        known = self._known.get((job_uid, name))
+        fallback = self.namespaces[0] if self.namespaces else "default"
+        namespace = known.namespace if known is not None else fallback
+        container = known.container if known is not None else None
+        options: dict[str, Any] = {"container": container} if container else {}
+        try:
+            return await self.api.text(
+                "get",
+                "pods/log",
+                namespace,
+                self.api.core.read_namespaced_pod_log,
+                name,
+                namespace,
+                _request_timeout=_LOG_TIMEOUT,
+                **options,
+            )
+        except KubeError as error:
+            return f"[kube] no logs for {namespace}/{name} on {self.cluster}: {error}\n"

@@ -1,0 +1,121 @@
+"""A cluster's free capacity per node, read from its Node and Pod objects the way
+kube-scheduler counts it: allocatable minus the requests of the pods bound to the node."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from decimal import Decimal
+from typing import Any
+
+from schemas.cluster import NodeSnapshot, Taint
+from schemas.quantity import QuantityError, parse_quantity
+from workers.rendering import LABEL_JOB_UID, LABEL_MANAGED, OPERATOR_NAME
+
+log = logging.getLogger(__name__)
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+_TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def _quantities(resources: Mapping[str, Any] | None) -> dict[str, Decimal]:
+    parsed: dict[str, Decimal] = {}
+    for name, value in (resources or {}).items():
+        try:
+            parsed[name] = parse_quantity(value)
+        except QuantityError:
+            log.warning("ignoring resource %s=%r: not a quantity", name, value)
+    return parsed
+
+
+def _container_requests(container: Mapping[str, Any]) -> dict[str, Decimal]:
+    """Requests, with limits standing in for missing requests (as the apiserver defaults them)."""
+    resources = container.get("resources") or {}
+    merged = _quantities(resources.get("limits"))
+    merged.update(_quantities(resources.get("requests")))
+    return merged
+
+
+def pod_requests(spec: Mapping[str, Any]) -> dict[str, Decimal]:
+    """What the scheduler reserves for a pod: its containers summed, or the largest init
+    container where that is bigger, plus the pod overhead."""
+    total: dict[str, Decimal] = {}
+    for container in spec.get("containers") or []:
+        for name, amount in _container_requests(container).items():
+            total[name] = total.get(name, Decimal(0)) + amount
+    for init in spec.get("initContainers") or []:
+        for name, amount in _container_requests(init).items():
+            total[name] = max(total.get(name, Decimal(0)), amount)
+    for name, amount in _quantities(spec.get("overhead")).items():
+        total[name] = total.get(name, Decimal(0)) + amount
+    return total
+
+
+def node_is_ready(node: Mapping[str, Any]) -> bool:
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def node_is_schedulable(node: Mapping[str, Any]) -> bool:
+    return not (node.get("spec") or {}).get("unschedulable", False)
+
+
+def _taints(node: Mapping[str, Any]) -> list[Taint]:
+    return [
+        Taint(key=t["key"], value=t.get("value") or None, effect=t["effect"])
+        for t in (node.get("spec") or {}).get("taints") or []
+        if t.get("key") and t.get("effect") in _TAINT_EFFECTS
+    ]
+
+
+def is_ours(pod: Mapping[str, Any]) -> bool:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return labels.get(LABEL_MANAGED) == OPERATOR_NAME and LABEL_JOB_UID in labels
+
+
+def job_uid_of(obj: Mapping[str, Any]) -> str | None:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    uid = labels.get(LABEL_JOB_UID)
+    return str(uid) if uid else None
+
+
+def node_snapshots(
+    nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
+) -> tuple[list[NodeSnapshot], set[str]]:
+    """Ready, schedulable nodes with what their non-terminal pods (everyone's) request, and
+    the uids of our jobs whose bound pods that count includes."""
+    requested: dict[str, dict[str, Decimal]] = {}
+    pod_counts: dict[str, int] = {}
+    jobs: set[str] = set()
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+            continue
+        totals = requested.setdefault(node, {})
+        for name, amount in pod_requests(pod.get("spec") or {}).items():
+            totals[name] = totals.get(name, Decimal(0)) + amount
+        pod_counts[node] = pod_counts.get(node, 0) + 1
+        if is_ours(pod):
+            uid = job_uid_of(pod)
+            if uid is not None:
+                jobs.add(uid)
+    snapshots = []
+    for node in nodes:
+        if not (node_is_ready(node) and node_is_schedulable(node)):
+            continue
+        metadata = node.get("metadata") or {}
+        name = str(metadata.get("name"))
+        allocatable = _quantities((node.get("status") or {}).get("allocatable"))
+        used = dict(requested.get(name, {}))
+        if "pods" in allocatable:
+            used["pods"] = Decimal(pod_counts.get(name, 0))
+        snapshots.append(
+            NodeSnapshot(
+                name=name,
+                allocatable=allocatable,
+                requested=used,
+                labels=dict(metadata.get("labels") or {}),
+                taints=_taints(node),
+            )
+        )
+    return snapshots, jobs

@@ -1,0 +1,326 @@
+"""One cluster's apiserver as the `kube` backend sees it: a kubernetes_asyncio client built from
+a kubeconfig context, calls that return plain JSON, bounded retries and permanent errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio import config as k8s_config
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+    wait_random,
+)
+
+log = logging.getLogger(__name__)
+
+# The apiserver names the authenticated user in its 403 messages: `User "x" cannot ...`.
+_USER_IN_MESSAGE = re.compile(r'User "([^"]+)"')
+# Connection-level failures worth another try; HTTP statuses are classified separately.
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    aiohttp.ClientConnectionError,
+    aiohttp.ClientPayloadError,
+    TimeoutError,
+)
+
+
+class KubeError(RuntimeError):
+    """A request the apiserver refused for good (or that kept failing past the retries)."""
+
+    def __init__(self, message: str, status: int = 0, reason: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+class KubeForbidden(KubeError):
+    """403: the identity lacks the RBAC permission; retrying cannot help."""
+
+
+class KubeNotFound(KubeError):
+    """404: the object (or the namespace) does not exist."""
+
+
+class KubeConflict(KubeError):
+    """409: the object exists already (on create) or changed underneath (on update)."""
+
+
+class KubeGone(KubeError):
+    """410: a watch's resourceVersion is too old; list again."""
+
+
+class KubeUnavailable(KubeError):
+    """429, 5xx or a connection failure: retried with backoff, raised once retries run out."""
+
+    def __init__(
+        self, message: str, status: int = 0, reason: str = "", retry_after: float | None = None
+    ) -> None:
+        super().__init__(message, status, reason)
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 6
+    initial_wait: float = 0.2
+    max_wait: float = 5.0
+    max_retry_after: float = 30.0
+    """The longest Retry-After we honour; a server asking for more gets this."""
+    request_timeout: float = 30.0
+
+
+async def connect(kubeconfig: Path, context: str | None) -> tuple[Any, str]:
+    """A kubernetes_asyncio ApiClient for one kubeconfig context (never the global default),
+    and the context's user name (for messages until the apiserver names us itself)."""
+    configuration = k8s.Configuration()
+    try:
+        loader = await k8s_config.load_kube_config(
+            config_file=str(kubeconfig),
+            context=context,
+            client_configuration=configuration,
+            persist_config=False,
+        )
+    except (OSError, ValueError, k8s_config.ConfigException) as exc:
+        which = f"context {context!r}" if context else "the current context"
+        raise KubeError(f"cannot load {which} from kubeconfig {kubeconfig}: {exc}") from exc
+    current = loader.current_context or {}
+    user = str(current.get("context", {}).get("user") or "this worker's identity")
+    return k8s.ApiClient(configuration), user
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """Retry-After as seconds: delta-seconds or an HTTP date; None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def status_message(body: bytes) -> tuple[str, str]:
+    """(reason, message) of a Kubernetes Status body, or the raw text when it is not one."""
+    try:
+        status = json.loads(body) if body else {}
+    except ValueError:
+        return "", body.decode(errors="replace")[:300]
+    if not isinstance(status, dict):
+        return "", str(status)[:300]
+    return str(status.get("reason") or ""), str(status.get("message") or "")
+
+
+def _target(resource: str, namespace: str | None) -> str:
+    return f"{resource} in namespace {namespace}" if namespace else f"{resource} (all namespaces)"
+
+
+def classify(
+    status: int,
+    body: bytes,
+    *,
+    who: str,
+    verb: str,
+    resource: str,
+    namespace: str | None,
+    retry_after: str | None = None,
+) -> KubeError:
+    """The error for a non-2xx answer, with a message that names who did what where."""
+    reason, message = status_message(body)
+    target = _target(resource, namespace)
+    if status == 403:
+        named = _USER_IN_MESSAGE.search(message)
+        who = named.group(1) if named else who
+        return KubeForbidden(f"{who} may not {verb} {target}: {message}", status, reason)
+    text = f"{verb} {target}: {status} {reason or 'error'}: {message}".rstrip(": ")
+    if status == 404:
+        return KubeNotFound(text, status, reason)
+    if status == 409:
+        return KubeConflict(text, status, reason)
+    if status == 410:
+        return KubeGone(text, status, reason)
+    if status == 429 or status >= 500:
+        return KubeUnavailable(text, status, reason, retry_after_seconds(retry_after))
+    return KubeError(text, status, reason)
+
+
+class KubeApi:
+    """CoreV1 calls that answer JSON dicts, retried on throttling, outages and lost connections.
+
+    Every call names its verb, resource and namespace so that a refusal explains itself.
+    """
+
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        cluster: str,
+        identity: str = "this worker's identity",
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.api_client = api_client
+        self.core: Any = k8s.CoreV1Api(api_client)
+        self.cluster = cluster
+        self.identity = identity
+        self.retry = retry or RetryPolicy()
+        # Exponential from initial_wait up to max_wait, with up to initial_wait of jitter.
+        self._backoff = wait_exponential(
+            multiplier=self.retry.initial_wait, max=self.retry.max_wait
+        ) + wait_random(0, self.retry.initial_wait)
+        self.requests = 0
+        """Requests sent, retries included (benchmarks report API requests per job)."""
+        self.retries = 0
+
+    async def close(self) -> None:
+        await self.api_client.close()
+
+    async def call(
+        self,
+        verb: str,
+        resource: str,
+        namespace: str | None,
+        method: Callable[..., Awaitable[Any]],
+        *args: Any,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        """Call a CoreV1Api method; return its JSON body or raise a KubeError."""
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.retry.attempts),
+            wait=self._wait,
+            retry=retry_if_exception_type(KubeUnavailable),
+            before_sleep=self._before_sleep,
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                return await self.once(verb, resource, namespace, method, *args, **kwargs)
+        raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover
+
+    async def once(
+        self,
+        verb: str,
+        resource: str,
+        namespace: str | None,
+        method: Callable[..., Awaitable[Any]],
+        *args: Any,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        """One request, no retry."""
+        body = await self._body(verb, resource, namespace, method, *args, **kwargs)
+        try:
+            decoded = json.loads(body) if body else {}
+        except ValueError:
+            return {"text": body.decode(errors="replace")}
+        return decoded if isinstance(decoded, dict) else {"items": decoded}
+
+    async def text(
+        self,
+        verb: str,
+        resource: str,
+        namespace: str | None,
+        method: Callable[..., Awaitable[Any]],
+        *args: Any,
+        **kwargs: Any,
+    ) -> str:
+        """One request whose answer is text (logs), no retry."""
+        body = await self._body(verb, resource, namespace, method, *args, **kwargs)
+        return body.decode(errors="replace")
+
+    async def _body(
+        self,
+        verb: str,
+        resource: str,
+        namespace: str | None,
+        method: Callable[..., Awaitable[Any]],
+        *args: Any,
+        **kwargs: Any,
+    ) -> bytes:
+        response = await self.open(verb, resource, namespace, method, *args, **kwargs)
+        try:
+            return await response.read()
+        except CONNECTION_ERRORS as exc:
+            raise self._unavailable(verb, resource, namespace, exc) from exc
+        finally:
+            response.release()
+
+    async def open(
+        self,
+        verb: str,
+        resource: str,
+        namespace: str | None,
+        method: Callable[..., Awaitable[Any]],
+        *args: Any,
+        **kwargs: Any,
+    ) -> aiohttp.ClientResponse:
+        """Send one request and return the open 2xx response (for streams); raise otherwise."""
+        kwargs.setdefault("_request_timeout", self.retry.request_timeout)
+        self.requests += 1
+        try:
+            response: aiohttp.ClientResponse = await method(*args, _preload_content=False, **kwargs)
+        except CONNECTION_ERRORS as exc:
+            raise self._unavailable(verb, resource, namespace, exc) from exc
+        if 200 <= response.status < 300:
+            return response
+        try:
+            body = await response.read()
+        except CONNECTION_ERRORS:
+            body = b""
+        finally:
+            response.release()
+        raise classify(
+            response.status,
+            body,
+            who=self.identity,
+            verb=verb,
+            resource=resource,
+            namespace=namespace,
+            retry_after=response.headers.get("Retry-After"),
+        )
+
+    def _unavailable(
+        self, verb: str, resource: str, namespace: str | None, exc: BaseException
+    ) -> KubeUnavailable:
+        detail = str(exc) or type(exc).__name__
+        return KubeUnavailable(f"{verb} {_target(resource, namespace)}: {detail}")
+
+    def _wait(self, state: RetryCallState) -> float:
+        error = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(error, KubeUnavailable) and error.retry_after is not None:
+            return min(error.retry_after, self.retry.max_retry_after)
+        return float(self._backoff(state))
+
+    def _before_sleep(self, state: RetryCallState) -> None:
+        self.retries += 1
+        error = state.outcome.exception() if state.outcome is not None else None
+        wait = state.next_action.sleep if state.next_action is not None else 0.0
+        log.warning(
+            "retrying in %.2fs (attempt %d): %s",
+            wait,
+            state.attempt_number,
+            error,
+            extra={"cluster": self.cluster},
+        )
+
+
+async def sleep_backoff(attempt: int, policy: RetryPolicy) -> None:
+    """Bounded exponential pause for loops that retry forever (watches)."""
+    await asyncio.sleep(min(policy.max_wait, policy.initial_wait * 2 ** min(attempt, 10)))

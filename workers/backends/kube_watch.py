@@ -1,0 +1,261 @@
+"""Following our pods: list + watch with resourceVersion and bookmarks, relisting on 410 Gone,
+and turning each pod's phase changes into one `PodObservation` apiece."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from workers.backends.base import PodObservation, PodPhase
+from workers.backends.kube_capacity import job_uid_of
+from workers.backends.kube_client import (
+    CONNECTION_ERRORS,
+    KubeApi,
+    KubeError,
+    KubeForbidden,
+    KubeGone,
+    classify,
+    sleep_backoff,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
+# The Kubeflow frameworks' default container names, for pods that do not name theirs.
+KNOWN_MAIN_CONTAINERS = ("jax", "pytorch", "tensorflow", "xgboost", "paddle", "mpi")
+_PHASES: tuple[PodPhase, ...] = ("Pending", "Running", "Succeeded", "Failed")
+_UNSCHEDULABLE = "Unschedulable"
+# What ends one watch stream without ending the watching: outages, bad lines, server errors.
+_INTERRUPTIONS: tuple[type[BaseException], ...] = (KubeError, ValueError, *CONNECTION_ERRORS)
+
+PodHandler = Callable[[str, Mapping[str, Any]], Awaitable[None]]
+"""Called with the event type (ADDED, MODIFIED, DELETED, or LISTED during a (re)list)."""
+ResyncHandler = Callable[[str | None, set[str]], None]
+"""Called after a (re)list of a scope with the uids of every pod the list returned."""
+
+
+def _terminated_exit_code(statuses: list[Mapping[str, Any]], name: str | None) -> int | None:
+    for status in statuses:
+        if name is not None and status.get("name") != name:
+            continue
+        terminated = (status.get("state") or {}).get("terminated") or {}
+        if terminated.get("exitCode") is not None:
+            return int(terminated["exitCode"])
+    return None
+
+
+def main_exit_code(pod: Mapping[str, Any]) -> int | None:
+    """The main container's exit code: the annotated default container, else a known
+    framework container, else the first container that terminated with one."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
+    preferred = annotations.get(DEFAULT_CONTAINER_ANNOTATION)
+    if preferred not in names:
+        preferred = next((n for n in KNOWN_MAIN_CONTAINERS if n in names), None)
+    if preferred is not None:
+        code = _terminated_exit_code(statuses, preferred)
+        if code is not None:
+            return code
+    return _terminated_exit_code(statuses, None)
+
+
+def _unschedulable_message(pod: Mapping[str, Any]) -> str | None:
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if (
+            condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+            and condition.get("reason") == _UNSCHEDULABLE
+        ):
+            return f"{_UNSCHEDULABLE}: {condition.get('message') or 'no node fits the pod'}"
+    return None
+
+
+def _failure_message(pod: Mapping[str, Any]) -> str | None:
+    status = pod.get("status") or {}
+    if status.get("message"):
+        reason = status.get("reason")
+        return f"{reason}: {status['message']}" if reason else str(status["message"])
+    for container in status.get("containerStatuses") or []:
+        terminated = (container.get("state") or {}).get("terminated") or {}
+        if terminated.get("message"):
+            return str(terminated["message"])
+    return None
+
+
+@dataclass
+class PodObserver:
+    """Pod objects in, observations out: one per (pod uid, phase); a Pending pod that the
+    scheduler found no node for gets one more, whose message starts with `Unschedulable:`."""
+
+    emitted: dict[str, set[str]] = field(default_factory=dict)
+    """pod uid -> the phases (and `Unschedulable`) already reported"""
+    namespaces: dict[str, str] = field(default_factory=dict)
+    """pod uid -> namespace, so that a namespace's relist prunes only its own pods"""
+
+    def observe(self, pod: Mapping[str, Any]) -> PodObservation | None:
+        metadata = pod.get("metadata") or {}
+        job_uid = job_uid_of(pod)
+        phase = (pod.get("status") or {}).get("phase")
+        uid = str(metadata.get("uid") or "")
+        if job_uid is None or phase not in _PHASES or not uid:
+            return None
+        message: str | None = None
+        exit_code: int | None = None
+        key = str(phase)
+        if phase == "Pending":
+            message = _unschedulable_message(pod)
+            if message is not None:
+                key = _UNSCHEDULABLE
+        elif phase in ("Succeeded", "Failed"):
+            exit_code = main_exit_code(pod)
+            if phase == "Failed":
+                message = _failure_message(pod)
+        self.namespaces[uid] = str(metadata.get("namespace") or "")
+        seen = self.emitted.setdefault(uid, set())
+        if key in seen:
+            return None
+        seen.add(key)
+        return PodObservation(
+            job_uid=job_uid,
+            name=str(metadata.get("name")),
+            phase=phase,
+            exit_code=exit_code,
+            message=message,
+            node=(pod.get("spec") or {}).get("nodeName") or None,
+        )
+
+    def forget(self, uid: str) -> None:
+        self.emitted.pop(uid, None)
+        self.namespaces.pop(uid, None)
+
+    def retain(self, uids: set[str], namespace: str | None = None) -> None:
+        """Forget pods a fresh list of `namespace` (None: all) no longer has."""
+        for uid in [u for u in self.emitted if u not in uids]:
+            if namespace is None or self.namespaces.get(uid) == namespace:
+                self.forget(uid)
+
+
+class PodWatch:
+    """List, then watch from the list's resourceVersion, for one scope (a namespace or all).
+
+    Bookmarks keep the resourceVersion fresh; a closed stream resumes from it; a 410 Gone means
+    the history is compacted, so the scope is listed again (and nothing is missed).
+    """
+
+    def __init__(
+        self,
+        api: KubeApi,
+        namespace: str | None,
+        selector: str,
+        on_pod: PodHandler,
+        on_resync: ResyncHandler,
+        *,
+        timeout_seconds: int = 300,
+    ) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.selector = selector
+        self.on_pod = on_pod
+        self.on_resync = on_resync
+        self.timeout_seconds = timeout_seconds
+        self.resource_version: str | None = None
+        self.lists = 0
+        self.relists = 0
+        self.watches = 0
+
+    @property
+    def _extra(self) -> dict[str, Any]:
+        return {"cluster": self.api.cluster}
+
+    def _list_method(self) -> tuple[Any, tuple[Any, ...]]:
+        core = self.api.core
+        if self.namespace is None:
+            return core.list_pod_for_all_namespaces, ()
+        return core.list_namespaced_pod, (self.namespace,)
+
+    async def list(self) -> None:
+        """List the scope, hand every pod over, and remember the list's resourceVersion."""
+        method, args = self._list_method()
+        reply = await self.api.call(
+            "list", "pods", self.namespace, method, *args, label_selector=self.selector
+        )
+        self.lists += 1
+        uids = set()
+        for pod in reply.get("items") or []:
+            uids.add(str((pod.get("metadata") or {}).get("uid")))
+            await self.on_pod("LISTED", pod)
+        self.on_resync(self.namespace, uids)
+        self.resource_version = str((reply.get("metadata") or {}).get("resourceVersion") or "")
+
+    async def run(self) -> None:
+        """Watch until cancelled; `list()` must have run (start() does it, so that errors
+        such as a 403 surface there rather than in a background task)."""
+        failures = 0
+        while True:
+            try:
+                if not self.resource_version:
+                    await self.list()
+                await self._watch_once()
+                failures = 0
+            except KubeGone as gone:
+                self.relists += 1
+                self.resource_version = None
+                log.info("watch expired (%s); listing again", gone, extra=self._extra)
+            except KubeForbidden:
+                raise
+            except _INTERRUPTIONS as exc:
+                failures += 1
+                log.warning("pod watch interrupted: %s", exc, extra=self._extra)
+                await sleep_backoff(failures, self.api.retry)
+
+    async def _watch_once(self) -> None:
+        method, args = self._list_method()
+        # The server ends the stream after timeout_seconds; the client waits a little longer.
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=10, sock_read=self.timeout_seconds + 30
+        )
+        response = await self.api.open(
+            "watch",
+            "pods",
+            self.namespace,
+            method,
+            *args,
+            label_selector=self.selector,
+            watch=True,
+            allow_watch_bookmarks=True,
+            resource_version=self.resource_version,
+            timeout_seconds=self.timeout_seconds,
+            _request_timeout=timeout,
+        )
+        self.watches += 1
+        try:
+            async for line in response.content:
+                if line.strip():
+                    await self._handle(line)
+        finally:
+            response.release()
+
+    async def _handle(self, line: bytes) -> None:
+        event = json.loads(line)
+        kind, obj = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            code = int(obj.get("code") or 0)
+            raise classify(
+                code,
+                json.dumps(obj).encode(),
+                who=self.api.identity,
+                verb="watch",
+                resource="pods",
+                namespace=self.namespace,
+            )
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        if kind != "BOOKMARK":
+            await self.on_pod(str(kind), obj)
+        if version:
+            self.resource_version = str(version)

@@ -1,0 +1,179 @@
+"""MPIJob (v1): a launcher pod runs `mpirun`, worker pods wait; a ConfigMap carries the
+hostfile and the `kubectl exec` agent through which mpirun reaches the workers. No Services."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from schemas.kubeflow import AnyJob, MPIJob
+from schemas.pod import Container, EnvVar, PodSpec
+from workers.frameworks.base import (
+    ConfigData,
+    FrameworkAdapter,
+    ReplicaCounts,
+    all_succeeded,
+    plain_env,
+)
+from workers.network import Network
+
+CONFIG_VOLUME = "mpi-job-config"
+CONFIG_MOUNT = "/etc/mpi"
+KUBECTL_VOLUME = "mpi-job-kubectl"
+KUBECTL_MOUNT = "/opt/kube"
+KUBEXEC = "kubexec.sh"
+HOSTFILE = "hostfile"
+DISCOVER_HOSTS = "discover_hosts.sh"
+KUBECTL_DELIVERY_IMAGE = "kubeflow/kubectl-delivery:latest"
+_SCRIPT_MODE = 0o555
+_HOSTFILE_MODE = 0o444
+
+
+def _mpi(job: AnyJob) -> MPIJob:
+    if not isinstance(job, MPIJob):
+        raise TypeError(f"the MPIJob adapter got a {job.kind}")
+    return job
+
+
+def config_map_name(job: AnyJob) -> str:
+    return f"{job.metadata.name}-config"
+
+
+def has_gpu_launcher(job: AnyJob) -> bool:
+    """Upstream's test: any launcher limit named `*.com/gpu` or containing `gpu`."""
+    launcher = job.replica_specs["Launcher"].template.spec.containers
+    return any(
+        name.endswith(".com/gpu") or "gpu" in name
+        for c in launcher
+        for name in ((c.resources.limits or {}) if c.resources else {})
+    )
+
+
+class MPIAdapter(FrameworkAdapter):
+    kind = "MPIJob"
+    default_container = "mpi"
+    port_name = "mpi-port"
+    default_port = 9999
+    default_restart_policy = "Never"
+    creates_services = False
+    injects_default_port = False
+    env_in_every_container = False
+
+    def pod_name(self, job: AnyJob, rtype: str, index: int) -> str:
+        if rtype == "Launcher":
+            return f"{job.metadata.name}-launcher"
+        return f"{job.metadata.name}-worker-{index}"
+
+    def main_container(self, job: AnyJob, rtype: str) -> str:
+        names = [c.name for c in job.replica_specs[rtype].template.spec.containers]
+        main = _mpi(job).spec.mainContainer
+        if main in names:
+            return main
+        return self.default_container if self.default_container in names else names[0]
+
+    def is_master(self, job: AnyJob, rtype: str, index: int) -> bool:
+        return rtype == "Launcher"
+
+    def environment(self, job: AnyJob, rtype: str, index: int, net: Network) -> list[EnvVar]:
+        if rtype != "Launcher":
+            return []
+        env = {
+            "OMPI_MCA_plm_rsh_agent": f"{CONFIG_MOUNT}/{KUBEXEC}",
+            "OMPI_MCA_orte_default_hostfile": f"{CONFIG_MOUNT}/{HOSTFILE}",
+        }
+        if not has_gpu_launcher(job):
+            # Keep a CPU launcher off the node's GPUs even where the runtime exposes them all.
+            env |= {"NVIDIA_VISIBLE_DEVICES": "", "NVIDIA_DRIVER_CAPABILITIES": ""}
+        env |= {
+            "I_MPI_HYDRA_BOOTSTRAP": "rsh",
+            "I_MPI_HYDRA_BOOTSTRAP_EXEC": f"{CONFIG_MOUNT}/{KUBEXEC}",
+        }
+        return plain_env(env)
+
+    def config_maps(self, job: AnyJob) -> list[ConfigData]:
+        mpi = _mpi(job)
+        slots = mpi.spec.slotsPerWorker or 1
+        hosts = [self.pod_name(job, "Worker", i) for i in range(job.replicas_of("Worker"))]
+        if has_gpu_launcher(job):
+            hosts.insert(0, self.pod_name(job, "Launcher", 0))
+        container = f" --container {mpi.spec.mainContainer}" if mpi.spec.mainContainer else ""
+        kubexec = (
+            "#!/bin/sh\nset -x\nPOD_NAME=$1\nshift\n"
+            f'{KUBECTL_MOUNT}/kubectl exec ${{POD_NAME}}{container} -- /bin/sh -c "$*"'
+        )
+        return [
+            ConfigData(
+                name=config_map_name(job),
+                labels={"app": job.metadata.name},
+                data={
+                    HOSTFILE: "".join(f"{h} slots={slots}\n" for h in hosts),
+                    KUBEXEC: kubexec,
+                    # Upstream rewrites this as workers come and go; all of them are listed here.
+                    DISCOVER_HOSTS: "#!/bin/sh" + "".join(f"\necho {h}:{slots}" for h in hosts),
+                },
+            )
+        ]
+
+    def decorate_pod(self, job: AnyJob, rtype: str, index: int, spec: PodSpec) -> PodSpec:
+        main = self.main_container(job, rtype)
+        config_mount = {"name": CONFIG_VOLUME, "mountPath": CONFIG_MOUNT}
+        if rtype == "Launcher":
+            items = [(KUBEXEC, _SCRIPT_MODE), (HOSTFILE, _HOSTFILE_MODE)]
+            items.append((DISCOVER_HOSTS, _SCRIPT_MODE))
+            mounts = [{"name": KUBECTL_VOLUME, "mountPath": KUBECTL_MOUNT}, config_mount]
+            volumes: list[dict[str, Any]] = [
+                {"name": KUBECTL_VOLUME, "emptyDir": {}},
+                self._config_volume(job, items),
+            ]
+            delivery = Container.model_validate(
+                {
+                    "name": "kubectl-delivery",
+                    "image": KUBECTL_DELIVERY_IMAGE,
+                    "imagePullPolicy": "IfNotPresent",
+                    "env": [
+                        {"name": "TARGET_DIR", "value": KUBECTL_MOUNT},
+                        {"name": "NAMESPACE", "value": job.metadata.namespace},
+                    ],
+                    "volumeMounts": mounts,
+                }
+            )
+            init: list[Container] | None = [*(spec.initContainers or []), delivery]
+        else:
+            mounts = [config_mount]
+            volumes = [self._config_volume(job, [(KUBEXEC, _SCRIPT_MODE)])]
+            init = spec.initContainers
+        containers = []
+        for container in spec.containers:
+            if container.name == main:
+                container = _with_mounts(container, mounts)
+                if rtype == "Worker" and not container.command:
+                    # mpirun execs into the worker; the pod itself only has to stay up.
+                    idle = {"command": ["sleep"], "args": ["365d"]}
+                    container = container.model_copy(update=idle)
+            containers.append(container)
+        own_volumes = list(getattr(spec, "volumes", None) or [])
+        return spec.model_copy(
+            update={
+                "containers": containers,
+                "initContainers": init,
+                "volumes": [*own_volumes, *volumes],
+            }
+        )
+
+    @staticmethod
+    def _config_volume(job: AnyJob, items: list[tuple[str, int]]) -> dict[str, Any]:
+        return {
+            "name": CONFIG_VOLUME,
+            "configMap": {
+                "name": config_map_name(job),
+                "items": [{"key": k, "path": k, "mode": mode} for k, mode in items],
+            },
+        }
+
+    def succeeded(self, job: AnyJob, counts: Mapping[str, ReplicaCounts]) -> bool:
+        return all_succeeded(counts, "Launcher")
+
+
+def _with_mounts(container: Container, mounts: list[dict[str, Any]]) -> Container:
+    own = list(getattr(container, "volumeMounts", None) or [])
+    return container.model_copy(update={"volumeMounts": [*own, *mounts]})
