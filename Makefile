@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PACKAGES := schemas bus dispatcher workers trainhub
 
-.PHONY: run test lint unit format bench clean
+.PHONY: run test lint format bench bench-kafka bench-placement clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,8 +30,13 @@ format: $(STAMP)
 	$(BIN)/ruff format $(PACKAGES) tests examples bench
 	$(BIN)/ruff check --fix $(PACKAGES) tests examples bench
 
-bench: $(STAMP)
-	$(BIN)/python -m bench.placement_burst
+bench: bench-placement bench-kafka
+
+bench-kafka: $(STAMP)
+	$(BIN)/python -m bench.hub_throughput
+
+bench-placement: $(STAMP)
+	$(BIN)/python -m bench.placement
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

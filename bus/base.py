@@ -87,6 +87,10 @@ class Subscription(abc.ABC):
         """Move every assigned partition to the first record at or after the time."""
 
     @abc.abstractmethod
+    async def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Move one assigned partition so that the next record read is the one at `offset`."""
+
+    @abc.abstractmethod
     async def lag(self) -> int:
         """Records after the current position of every assigned partition."""
 

@@ -341,6 +341,16 @@ class KafkaSubscription(Subscription):
         consumer = self._started()
         return {TopicPartition(tp.topic, tp.partition) for tp in consumer.assignment()}
 
+    async def seek(self, tp: TopicPartition, offset: int) -> None:
+        consumer = self._started()
+        target = KafkaTP(tp.topic, tp.partition)
+        if target not in consumer.assignment():
+            raise BusError(f"cannot seek {tp.topic}[{tp.partition}]: not assigned")
+        end = (await consumer.end_offsets([target]))[target]
+        # Clamped to the end as the memory bus does; an offset before the log start (removed
+        # by retention) resets by `start_from` on the next fetch.
+        consumer.seek(target, max(0, min(offset, end)))
+
     async def seek_to_time(self, timestamp_ms: int) -> None:
         consumer = self._started()
         partitions = list(consumer.assignment())

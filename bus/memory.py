@@ -246,6 +246,11 @@ class MemorySubscription(Subscription):
     async def lag(self) -> int:
         return sum(self._bus._end_offset(tp) - pos for tp, pos in self._positions.items())
 
+    async def seek(self, tp: TopicPartition, offset: int) -> None:
+        if tp not in self._positions:
+            raise BusError(f"cannot seek {tp.topic}[{tp.partition}]: not assigned")
+        self._positions[tp] = max(0, min(offset, self._bus._end_offset(tp)))
+
     async def seek_to_time(self, timestamp_ms: int) -> None:
         for tp in self._positions:
             log = self._bus._logs[tp.topic][tp.partition]

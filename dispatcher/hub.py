@@ -27,6 +27,7 @@ from schemas.events import (
     CloudEvent,
     EventType,
     JobAssigned,
+    JobHandedBack,
     JobRef,
     JobRevoked,
     JobStatusUpdate,
@@ -55,6 +56,10 @@ class HubConfig:
     max_heartbeat_age: float = 30.0
     scoring: dict[str, float] = field(default_factory=lambda: {"least-allocated": 1.0})
     schedule_interval: float = 1.0
+    lost_after: float = 30.0
+    """Seconds without a heartbeat after which a cluster is lost and its jobs re-dispatched."""
+    exclusion_seconds: float = 300.0
+    """How long a job avoids a cluster that lost it or handed it back."""
 
 
 class Hub:
@@ -78,6 +83,7 @@ class Hub:
         self._assignment_topics: set[str] = set()
         self._consumers: list[EventConsumer] = []
         self._replaying = False
+        self._lost: set[str] = set()
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -162,6 +168,10 @@ class Hub:
             await self._on_submitted(event)
         elif event.type == EventType.JOB_DELETED:
             await self._on_deleted(event.data_as(JobRef))
+        elif event.type == EventType.JOB_SUSPENDED:
+            await self._on_suspended(event.data_as(JobRef))
+        elif event.type == EventType.JOB_RESUMED:
+            await self._on_resumed(event.data_as(JobRef))
         else:
             raise ValueError(f"unexpected event type {event.type!r} on the jobs topic")
 
@@ -178,11 +188,31 @@ class Hub:
             log.warning("rejected invalid job: %s", exc, extra={"job": uid, "event": event.id})
             raise
         known = self.ledger.get(job.uid)
-        if known is not None and (known.phase != JobPhase.DELETED or known.submission == event.id):
+        if (
+            known is not None
+            and known.job is not None
+            and known.phase != JobPhase.DELETED
+            and known.job.run_policy.managedBy != job.run_policy.managedBy
+        ):
+            raise ValueError(
+                f"runPolicy.managedBy is immutable: job {job.key} is managed by "
+                f"{known.job.run_policy.managedBy!r}, the resubmission says "
+                f"{job.run_policy.managedBy!r}"
+            )
+        if known is not None and known.submission == event.id:
+            return  # the same submission delivered again
+        if known is not None and known.phase != JobPhase.DELETED:
             log.info(
-                "duplicate submission ignored (job is %s)",
+                "duplicate submission refused (job is %s)",
                 known.phase,
                 extra={"job": job.uid, "event": event.id},
+            )
+            await self._publish_status(
+                known,
+                reason="AlreadyExists",
+                message=f"job {job.key} already exists ({known.phase.value}); "
+                "delete it to run it again",
+                submission=event.id,
             )
             return
         await self._admit(job, event.id)
@@ -199,11 +229,17 @@ class Hub:
                 message=f"runPolicy.managedBy is {manager}; trainhub leaves this job alone",
             )
             return
-        record = JobRecord.of(job, JobPhase.QUEUED)
+        held = bool(job.run_policy.suspend)
+        record = JobRecord.of(job, JobPhase.SUSPENDED if held else JobPhase.QUEUED)
         record.submission = submission
         self.ledger.put(record)
         await self._publish_status(
-            record, reason="Queued", message="waiting for placement", with_job=True
+            record,
+            reason="Suspended" if held else "Queued",
+            message="runPolicy.suspend is true: held until resumed"
+            if held
+            else "waiting for placement",
+            with_job=True,
         )
         self._wake.set()
 
@@ -218,6 +254,41 @@ class Hub:
         await self._publish_status(record, reason="Deleted", message="job deleted")
         self._wake.set()
 
+    async def _on_suspended(self, ref: JobRef) -> None:
+        record = self.ledger.get(ref.uid)
+        if record is None or record.phase.finished or record.phase == JobPhase.SUSPENDED:
+            return
+        if record.phase == JobPhase.QUEUED:
+            # Not placed yet: the hub holds it; nothing runs anywhere.
+            record.phase = JobPhase.SUSPENDED
+            await self._publish_status(record, reason="Suspended", message="held until resumed")
+            return
+        await self._forward(record, EventType.JOB_SUSPENDED)
+
+    async def _on_resumed(self, ref: JobRef) -> None:
+        record = self.ledger.get(ref.uid)
+        if record is None or record.job is None or record.phase.finished:
+            return
+        if record.phase == JobPhase.SUSPENDED and record.cluster is None:
+            document = record.job.to_document()
+            document["spec"].setdefault("runPolicy", {})["suspend"] = False
+            record.job = parse_job(document)
+            record.phase = JobPhase.QUEUED
+            record.queued_at = time.monotonic()
+            await self._publish_status(
+                record, reason="Resumed", message="waiting for placement", with_job=True
+            )
+            self._wake.set()
+            return
+        if record.cluster is not None:
+            await self._forward(record, EventType.JOB_RESUMED)
+
+    async def _forward(self, record: JobRecord, event_type: str) -> None:
+        """Pass a suspend or resume on to the worker of the job's cluster."""
+        assert record.cluster is not None
+        event = make_event(event_type, self.config.source, record.uid, JobRef(uid=record.uid))
+        await self._publish_assignment(record.cluster, record.uid, event)
+
     async def _revoke(self, record: JobRecord, reason: str) -> None:
         assert record.cluster is not None
         revoke = JobRevoked(
@@ -229,6 +300,10 @@ class Hub:
     # -- status topic ---------------------------------------------------------------------
 
     async def _on_status_event(self, event: CloudEvent, record: Record) -> None:
+        if event.type == EventType.JOB_HANDED_BACK:
+            if not self._replaying:
+                await self._on_handed_back(event.data_as(JobHandedBack))
+            return
         if event.type != EventType.JOB_STATUS:
             return
         update = event.data_as(JobStatusUpdate)
@@ -240,6 +315,8 @@ class Hub:
 
     def _replay_own(self, update: JobStatusUpdate) -> None:
         """Re-apply a decision this hub (or its predecessor) published."""
+        if update.reason == "AlreadyExists":
+            return  # an answer to a refused duplicate, not a change of the job
         record = self.ledger.get(update.uid)
         if update.job is not None:
             try:
@@ -295,6 +372,58 @@ class Hub:
         if job.phase.finished:
             self._wake.set()
 
+    async def _on_handed_back(self, back: JobHandedBack) -> None:
+        record = self.ledger.get(back.uid)
+        if record is None or record.cluster != back.cluster or record.attempt != back.attempt:
+            log.warning(
+                "hand-back for a placement that is not current ignored",
+                extra={"job": back.uid, "cluster": back.cluster},
+            )
+            return
+        if record.phase.finished:
+            return
+        await self._redispatch(
+            record, f"handed back by {back.cluster}: {back.reason}", revoke=False
+        )
+
+    async def _redispatch(self, record: JobRecord, reason: str, *, revoke: bool) -> None:
+        """Take the job away from its cluster and queue it again, avoiding that cluster."""
+        assert record.cluster is not None
+        if revoke:
+            await self._revoke(record, reason)
+        self.reservations.release(record.uid)
+        record.excluded[record.cluster] = time.monotonic() + self.config.exclusion_seconds
+        record.cluster = None
+        record.phase = JobPhase.QUEUED
+        record.queued_at = time.monotonic()
+        record.sequence = 0
+        self.metrics.redispatches.inc()
+        log.warning("re-dispatching: %s", reason, extra={"job": record.uid})
+        await self._publish_status(record, reason="Redispatched", message=reason)
+        self._wake.set()
+
+    async def _check_clusters(self) -> None:
+        """Mark clusters whose heartbeats stopped as lost and move their jobs elsewhere."""
+        for snapshot in self.clusters.all():
+            age = snapshot.age_seconds()
+            if age <= self.config.lost_after:
+                if snapshot.name in self._lost:
+                    self._lost.discard(snapshot.name)
+                    log.warning("cluster is back", extra={"cluster": snapshot.name})
+                continue
+            if snapshot.name in self._lost:
+                continue
+            self._lost.add(snapshot.name)
+            self.metrics.clusters_lost.inc()
+            log.error("cluster lost: no heartbeat for %.0fs", age, extra={"cluster": snapshot.name})
+            for record in self.ledger.in_phase(*_PLACED):
+                if record.cluster == snapshot.name:
+                    await self._redispatch(
+                        record,
+                        f"cluster {snapshot.name} lost (no heartbeat for {age:.0f}s)",
+                        revoke=True,
+                    )
+
     # -- clusters topic -------------------------------------------------------------------
 
     async def _on_heartbeat(self, event: CloudEvent, record: Record) -> None:
@@ -329,6 +458,7 @@ class Hub:
             except TimeoutError:
                 pass
             self._wake.clear()
+            await self._check_clusters()
             await self.schedule_pending()
             await self.bus.flush()
             self._export_jobs()
@@ -348,7 +478,7 @@ class Hub:
         placed: list[JobRecord] = []
         for record in queued:
             assert record.job is not None
-            placement = self.plan(record.job, frozenset(record.excluded))
+            placement = self.plan(record.job, record.avoided())
             record.decision = placement.decision
             if placement.chosen is not None:
                 await self._assign(record, placement)
@@ -428,9 +558,18 @@ class Hub:
     # -- status out -----------------------------------------------------------------------
 
     async def _publish_status(
-        self, record: JobRecord, *, reason: str, message: str, with_job: bool = False
+        self,
+        record: JobRecord,
+        *,
+        reason: str,
+        message: str,
+        with_job: bool = False,
+        submission: str | None = None,
     ) -> None:
-        record.reason, record.message = reason, message
+        """Publish the record's state; `submission` answers a different submission (a
+        refused duplicate) without changing the record."""
+        if submission is None:
+            record.reason, record.message = reason, message
         update = JobStatusUpdate(
             uid=record.uid,
             name=record.name,
@@ -444,7 +583,7 @@ class Hub:
             reason=reason,
             message=message,
             placement=record.decision,
-            submission=record.submission,
+            submission=submission or record.submission,
             job=record.job.to_document() if with_job and record.job is not None else None,
         )
         event = make_event(EventType.JOB_STATUS, self.config.source, record.uid, update)

@@ -29,8 +29,13 @@ class JobRecord:
     status: JobStatus | None = None
     decision: PlacementDecision | None = None
     queued_at: float = field(default_factory=time.monotonic)
-    excluded: set[str] = field(default_factory=set)
+    excluded: dict[str, float] = field(default_factory=dict)
+    """Clusters this job must avoid, until a monotonic time (after failing there)."""
     submission: str | None = None
+
+    def avoided(self, now: float | None = None) -> frozenset[str]:
+        now = time.monotonic() if now is None else now
+        return frozenset(c for c, until in self.excluded.items() if until > now)
 
     @classmethod
     def of(cls, job: AnyJob, phase: JobPhase) -> JobRecord:

@@ -55,6 +55,14 @@ class HubMetrics:
             ["component"],
             registry=registry,
         )
+        self.redispatches = Counter(
+            "trainhub_redispatches", "Jobs taken from a cluster and queued again",
+            registry=registry,
+        )
+        self.clusters_lost = Counter(
+            "trainhub_clusters_lost", "Clusters marked lost after their heartbeats stopped",
+            registry=registry,
+        )
         self.decisions = Counter(
             "trainhub_placements",
             "Placement decisions by outcome",

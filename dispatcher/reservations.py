@@ -1,7 +1,8 @@
 """Capacity handed to a cluster but not yet visible in its heartbeats.
 
 Without this, a burst of jobs placed between two heartbeats would all see the same free
-capacity and over-fill the cluster.
+capacity and over-fill the cluster. Totals per node and per cluster are kept up to date on
+every change, since placement reads them for every candidate cluster of every job.
 """
 
 from __future__ import annotations
@@ -11,35 +12,50 @@ from decimal import Decimal
 from dispatcher.gang_fit import Usage
 from schemas.cluster import ClusterSnapshot
 
+_ZERO = Decimal(0)
+
 
 class Reservations:
     def __init__(self) -> None:
         self._held: dict[str, dict[str, Usage]] = {}
+        self._per_node: dict[str, dict[str, dict[str, Decimal]]] = {}
+        self._per_cluster: dict[str, dict[str, Decimal]] = {}
+        self.version = 0
+        """Changes whenever any reservation does (lets callers cache derived views)."""
+
+    def _apply(self, cluster: str, usage: Usage, sign: int) -> None:
+        nodes = self._per_node.setdefault(cluster, {})
+        totals = self._per_cluster.setdefault(cluster, {})
+        for node, resources in usage.items():
+            slot = nodes.setdefault(node, {})
+            for resource, amount in resources.items():
+                slot[resource] = slot.get(resource, _ZERO) + sign * amount
+                totals[resource] = totals.get(resource, _ZERO) + sign * amount
+        self.version += 1
 
     def reserve(self, cluster: str, job_uid: str, usage: Usage) -> None:
+        self.release(job_uid)
         self._held.setdefault(cluster, {})[job_uid] = usage
+        self._apply(cluster, usage, +1)
 
     def release(self, job_uid: str) -> None:
-        for jobs in self._held.values():
-            jobs.pop(job_uid, None)
+        for cluster, jobs in self._held.items():
+            usage = jobs.pop(job_uid, None)
+            if usage is not None:
+                self._apply(cluster, usage, -1)
 
     def reconcile(self, snapshot: ClusterSnapshot) -> list[str]:
         """Drop reservations the heartbeat now accounts for; returns their job uids."""
         jobs = self._held.get(snapshot.name, {})
-        seen = [uid for uid in jobs if uid in set(snapshot.jobs)]
+        visible = set(snapshot.jobs)
+        seen = [uid for uid in jobs if uid in visible]
         for uid in seen:
-            del jobs[uid]
+            self._apply(snapshot.name, jobs.pop(uid), -1)
         return seen
 
     def on_node(self, cluster: str) -> dict[str, dict[str, Decimal]]:
-        """Reserved amount per node and resource."""
-        totals: dict[str, dict[str, Decimal]] = {}
-        for usage in self._held.get(cluster, {}).values():
-            for node, resources in usage.items():
-                slot = totals.setdefault(node, {})
-                for resource, amount in resources.items():
-                    slot[resource] = slot.get(resource, Decimal(0)) + amount
-        return totals
+        """Reserved amount per node and resource (read-only view)."""
+        return self._per_node.get(cluster, {})
 
     def count(self, cluster: str | None = None) -> int:
         if cluster is not None:
@@ -47,6 +63,4 @@ class Reservations:
         return sum(len(jobs) for jobs in self._held.values())
 
     def total(self, cluster: str, resource: str) -> Decimal:
-        return sum(
-            (r.get(resource, Decimal(0)) for r in self.on_node(cluster).values()), Decimal(0)
-        )
+        return self._per_cluster.get(cluster, {}).get(resource, _ZERO)

@@ -21,7 +21,7 @@ from dispatcher.placement import plan_placement
 from dispatcher.registry import ClusterRegistry
 from schemas.cluster import ClustersFile
 from schemas.errors import ContractError
-from schemas.events import JobStatusUpdate
+from schemas.events import EventType, JobStatusUpdate
 from schemas.job_parsing import load_documents, load_job_file, parse_job
 from schemas.kubeflow import derive_job_uid
 from schemas.status import JobPhase
@@ -31,7 +31,7 @@ from trainhub.console_view import StatusPrinter, decision_table
 from trainhub.embedded import Embedded, EmbeddedOptions, make_worker_backend
 from trainhub.logs import setup_logging
 from trainhub.processes import run_hub, run_worker
-from trainhub.producer import follow_status, latest_status, submit_document
+from trainhub.producer import follow_submissions, latest_status, request, submit_with_id
 from trainhub.settings import TrainhubSettings
 from workers.cluster_spec import parse_cluster_spec
 from workers.rendering import render_job
@@ -277,10 +277,12 @@ async def _submit(settings: TrainhubSettings, documents: list[dict[str, Any]], w
     await bus.start()
     try:
         await bus.create_topics(topics.shared_specs())
-        since = int(time.time() * 1000) - 1000
+        # Bound the read to recent history; the submission ids pick out our runs.
+        since = int(time.time() * 1000) - 60_000
+        submissions: dict[str, str] = {}
         uids = {}
         for document in documents:
-            uid = await submit_document(bus, topics, document)
+            uid, submissions[uid] = await submit_with_id(bus, topics, document)
             uids[uid] = (
                 f"{document['metadata'].get('namespace', 'default')}/{document['metadata']['name']}"
             )
@@ -289,9 +291,9 @@ async def _submit(settings: TrainhubSettings, documents: list[dict[str, Any]], w
             return 0
         printer = StatusPrinter(console)
         final: dict[str, JobStatusUpdate] = {}
-        async for update in follow_status(bus, topics, uids, from_time_ms=since):
+        async for update in follow_submissions(bus, topics, submissions, from_time_ms=since):
             printer(update)
-            if update.phase.finished:
+            if update.phase.finished or update.reason == "AlreadyExists":
                 final[update.uid] = update
                 if len(final) == len(uids):
                     break
@@ -325,6 +327,58 @@ def status(
             )
 
 
+def _job_request(settings: TrainhubSettings, job: str, event_type: str, verb: str) -> None:
+    _require_bootstrap(settings)
+    uid = asyncio.run(_resolve_and_request(settings, job, event_type))
+    if uid is None:
+        raise fail(f"no job {job!r} known on the status topic", code=3)
+    console.print(f"{verb} requested for {job} (uid {uid})", highlight=False)
+
+
+async def _resolve_and_request(settings: TrainhubSettings, job: str, event_type: str) -> str | None:
+    bus = make_bus(settings)
+    await bus.start()
+    try:
+        topics = settings.topics()
+        latest = await latest_status(bus, topics, _candidate_uids(job))
+        if latest is None:
+            return None
+        await request(bus, topics, event_type, latest.uid)
+        return latest.uid
+    finally:
+        await bus.close()
+
+
+@app.command()
+@with_settings
+def delete(
+    settings: TrainhubSettings,
+    job: Annotated[str, typer.Argument(help="Job uid, NAMESPACE/NAME, or NAME.")],
+) -> None:
+    """Delete a job: its pods go wherever they run."""
+    _job_request(settings, job, EventType.JOB_DELETED, "delete")
+
+
+@app.command()
+@with_settings
+def suspend(
+    settings: TrainhubSettings,
+    job: Annotated[str, typer.Argument(help="Job uid, NAMESPACE/NAME, or NAME.")],
+) -> None:
+    """Suspend a job: its pods and services are deleted until it is resumed."""
+    _job_request(settings, job, EventType.JOB_SUSPENDED, "suspend")
+
+
+@app.command()
+@with_settings
+def resume(
+    settings: TrainhubSettings,
+    job: Annotated[str, typer.Argument(help="Job uid, NAMESPACE/NAME, or NAME.")],
+) -> None:
+    """Resume a suspended job."""
+    _job_request(settings, job, EventType.JOB_RESUMED, "resume")
+
+
 def _candidate_uids(job: str) -> set[str]:
     namespace, _, name = job.rpartition("/")
     return {job, derive_job_uid(namespace or "default", name)}
@@ -346,6 +400,59 @@ def _require_bootstrap(settings: TrainhubSettings) -> None:
             "(`trainhub sandbox up` starts a local broker)",
             code=2,
         )
+
+
+sandbox_app = typer.Typer(help="A local Kafka broker and Kubernetes member clusters for demos.")
+app.add_typer(sandbox_app, name="sandbox")
+
+
+@sandbox_app.command("up")
+def sandbox_up_command(
+    clusters: Annotated[int, typer.Option("--clusters", help="Member clusters to start.")] = 0,
+    clusters_file: Annotated[
+        Path | None, typer.Option(help="YAML {clusters: [{name, pools: [...]}]} instead.")
+    ] = None,
+) -> None:
+    """Start the sandbox; it keeps running until `trainhub sandbox down`."""
+    from trainhub.sandbox.control import sandbox_up
+    from trainhub.sandbox.errors import SandboxError
+
+    try:
+        state = sandbox_up(clusters, clusters_file)
+    except (SandboxError, OSError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    console.print(
+        f"kafka: {state.kafka['bootstrap']} (export TRAINHUB_BOOTSTRAP={state.kafka['bootstrap']})"
+    )
+    for cluster in state.clusters:
+        console.print(f"cluster {cluster['name']}: kubeconfig {cluster['kubeconfig']}")
+
+
+@sandbox_app.command("status")
+def sandbox_status_command(
+    output: Annotated[Output, typer.Option("-o", "--output")] = Output.text,
+) -> None:
+    """Show how to reach the running sandbox."""
+    from trainhub.sandbox.control import read_state
+
+    state = read_state()
+    if state is None:
+        raise fail("no sandbox is running (start one with `trainhub sandbox up`)", code=3)
+    if output == Output.json:
+        sys.stdout.write(json.dumps(state.public(), indent=2) + "\n")
+        return
+    console.print(f"kafka: {state.kafka['bootstrap']} (SCRAM: {state.kafka['sasl_bootstrap']})")
+    for cluster in state.clusters:
+        console.print(f"cluster {cluster['name']}: {cluster['kubeconfig']} ({cluster['context']})")
+
+
+@sandbox_app.command("down")
+def sandbox_down_command() -> None:
+    """Stop every sandbox process, by PID."""
+    from trainhub.sandbox.control import sandbox_down
+
+    stopped = sandbox_down()
+    console.print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
 
 
 def main() -> None:

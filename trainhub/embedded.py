@@ -95,7 +95,11 @@ class Embedded:
         self.hub = Hub(
             self.bus,
             self.topics,
-            HubConfig(max_heartbeat_age=options.max_heartbeat_age, scoring=options.scoring),
+            HubConfig(
+                max_heartbeat_age=options.max_heartbeat_age,
+                lost_after=options.max_heartbeat_age,
+                scoring=options.scoring,
+            ),
             registry=self.registry,
         )
         self.workers = [

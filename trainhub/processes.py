@@ -54,7 +54,9 @@ def _metrics(settings: TrainhubSettings, registry: CollectorRegistry) -> None:
 async def run_hub(settings: TrainhubSettings, scoring: dict[str, float] | None = None) -> None:
     bus = make_bus(settings)
     registry = CollectorRegistry()
-    config = HubConfig(max_heartbeat_age=settings.max_heartbeat_age)
+    config = HubConfig(
+        max_heartbeat_age=settings.max_heartbeat_age, lost_after=settings.max_heartbeat_age
+    )
     if scoring:
         config.scoring = scoring
     hub = Hub(bus, settings.topics(), config, registry=registry)
@@ -86,6 +88,7 @@ async def run_worker(
         WorkerConfig(
             cluster=cluster,
             heartbeat_interval=settings.heartbeat_interval,
+            unschedulable_timeout=settings.unschedulable_timeout,
             labels=labels,
             namespaces=namespaces,
         ),

@@ -18,12 +18,32 @@ SOURCE = "trainhub/producer"
 
 async def submit_document(bus: Bus, topics: Topics, document: dict[str, Any]) -> str:
     """Publish a job document as `job.submitted`; returns the job uid (the record key)."""
+    uid, _ = await submit_with_id(bus, topics, document)
+    return uid
+
+
+async def submit_with_id(bus: Bus, topics: Topics, document: dict[str, Any]) -> tuple[str, str]:
+    """Like `submit_document`, also returning the submission's event id, which the hub's
+    status updates for this run carry (see `follow_submissions`)."""
     uid = job_uid_of(document)
     if uid is None:
         raise ValueError("the job has no metadata.name (or uid) to identify it")
     event = make_event(EventType.JOB_SUBMITTED, SOURCE, uid, JobSubmitted(job=document))
     await publish_event(bus, topics.jobs, uid, event)
-    return uid
+    return uid, event.id
+
+
+async def follow_submissions(
+    bus: Bus, topics: Topics, submissions: dict[str, str], *, from_time_ms: int
+) -> AsyncIterator[JobStatusUpdate]:
+    """Status updates of exactly these runs (uid -> submission event id): earlier runs of a
+    job with the same name are skipped, and a refused duplicate is reported once."""
+    current: set[str] = set()
+    async for update in follow_status(bus, topics, submissions, from_time_ms=from_time_ms):
+        if update.submission == submissions[update.uid]:
+            current.add(update.uid)
+        if update.uid in current:
+            yield update
 
 
 async def request(bus: Bus, topics: Topics, event_type: str, uid: str) -> None:

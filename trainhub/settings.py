@@ -36,6 +36,9 @@ class TrainhubSettings(BaseSettings):
     ssl_keyfile: str | None = Field(default=None, description="Client key for SSL.")
     metrics_port: int | None = Field(default=None, description="Serve /metrics on this port.")
     heartbeat_interval: float = Field(default=5.0, gt=0, description="Seconds between heartbeats.")
+    unschedulable_timeout: float = Field(
+        default=120.0, gt=0, description="Seconds before a worker hands back unschedulable pods."
+    )
     max_heartbeat_age: float = Field(
         default=30.0, gt=0, description="Seconds after which a cluster's heartbeat is stale."
     )

@@ -1,15 +1,24 @@
-"""One job's run on this cluster: pod phases in, job conditions and restart decisions out."""
+"""One job's run on this cluster, as rules without I/O: pod observations, suspension and the
+clock come in; job conditions, replica statuses and what to do with which pods go out."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from schemas.status import ConditionType, JobPhase, JobStatus, ReplicaStatus
-from workers.backends.base import PodObservation, PodPhase
-from workers.conditions import set_condition
+from workers.backends.base import UNSCHEDULABLE_PREFIX, PodObservation, PodPhase
+from workers.conditions import ConditionValue, set_condition
 from workers.frameworks.base import ReplicaCounts
-from workers.rendering import PodPlan, RenderedJob
+from workers.rendering import LABEL_JOB_NAME, LABEL_REPLICA_TYPE, PodPlan, RenderedJob
+
+Clock = Callable[[], datetime]
+_ACTIVE: tuple[PodPhase, ...] = ("Pending", "Running")
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
 
 
 @dataclass
@@ -17,15 +26,26 @@ class PodState:
     plan: PodPlan
     phase: PodPhase = "Pending"
     exit_code: int | None = None
+    unschedulable: str | None = None
+    """The scheduler's message while no node can take the pod."""
 
 
 @dataclass
 class Decision:
-    """What the worker must do after an observation."""
+    """What the worker must do after a step of the run, in this order."""
 
     restart: list[PodPlan] = field(default_factory=list)
-    finished: bool = False
+    """Delete, then create again under the same name (with its service)."""
+    delete: list[PodPlan] = field(default_factory=list)
+    """Delete with its service."""
+    create: list[PodPlan] = field(default_factory=list)
+    """Create with its service."""
     changed: bool = False
+    """The conditions changed: publish the status."""
+    finished: bool = False
+    """This step finished the job (Succeeded or Failed)."""
+    unschedulable: bool = False
+    """`pending_reason` changed to a new scheduler message: tell the hub."""
 
 
 def _retryable(policy: str, exit_code: int | None) -> bool:
@@ -33,106 +53,249 @@ def _retryable(policy: str, exit_code: int | None) -> bool:
         return True
     if policy == "ExitCode":
         # Signals and runtime kills (>= 128) are worth a retry; 1-127 are the program's verdict.
-        return exit_code is not None and exit_code >= 128
+        # A pod that failed without its container terminating (evicted, its node lost) is the
+        # infrastructure's fault: upstream reads a magic 0xbeef there, which is >= 128 too.
+        return exit_code is None or exit_code >= 128
     return False
 
 
 class JobRun:
-    def __init__(self, rendered: RenderedJob, cluster: str, attempt: int) -> None:
+    def __init__(
+        self, rendered: RenderedJob, cluster: str, attempt: int, *, clock: Clock = utc_now
+    ) -> None:
         self.rendered = rendered
         self.job = rendered.job
         self.cluster = cluster
         self.attempt = attempt
+        self.clock = clock
         self.sequence = 0
         self.restarts = 0
+        """Pod re-creations after retryable failures, counted against `backoffLimit`."""
         self.pods = {p.name: PodState(p) for p in rendered.pods}
         self.status = JobStatus()
         self.phase = JobPhase.CREATED
-        kind = self.job.kind
-        set_condition(
-            self.status,
+        self.suspended = False
+        self.pending_reason: str | None = None
+        """The scheduler's message for a pod that no node can take, while one cannot."""
+        self.unschedulable_since: float | None = None
+        """Seconds since the epoch (on `clock`) since when some pod has been unschedulable."""
+        self._set(
             ConditionType.CREATED,
-            f"{kind}Created",
-            f"{kind} {self.job.metadata.name} is created.",
+            JobPhase.CREATED,
+            "Created",
+            f"{self.kind} {self.name} is created.",
         )
+
+    @property
+    def kind(self) -> str:
+        return self.job.kind
+
+    @property
+    def name(self) -> str:
+        return self.job.metadata.name
 
     @property
     def finished(self) -> bool:
         return self.phase in (JobPhase.SUCCEEDED, JobPhase.FAILED)
 
-    def observe(self, obs: PodObservation) -> Decision:
-        decision = Decision()
-        pod = self.pods.get(obs.name)
-        if pod is None or self.finished:
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> Decision:
+        """The job arrived: create every pod, or hold them all when it arrives suspended."""
+        if self.job.run_policy.suspend:
+            decision = self.suspend()
+            decision.delete = []  # none exists yet
             return decision
-        pod.phase, pod.exit_code = obs.phase, obs.exit_code
-        if obs.phase == "Failed":
-            policy = pod.plan.restart_policy
-            if _retryable(policy, obs.exit_code):
-                self.restarts += 1
-                if self._over_backoff_limit():
-                    decision.changed = self._fail(
-                        "BackoffLimitExceeded",
-                        f"{self.job.kind} {self.job.metadata.name} has failed because it has "
-                        "reached the specified backoff limit",
-                    )
-                else:
-                    pod.phase, pod.exit_code = "Pending", None
-                    decision.restart.append(pod.plan)
-                    decision.changed = self._set(
-                        ConditionType.RESTARTING,
-                        JobPhase.RESTARTING,
-                        "Restarting",
-                        f"{self.job.kind} {self.job.metadata.name} is restarting because "
-                        f"{obs.name} exited with code {obs.exit_code}.",
-                    )
-            else:
-                decision.changed = self._fail(
-                    "Failed",
-                    f"{self.job.kind} {self.job.metadata.name} is failed because {obs.name} "
-                    f"exited with code {obs.exit_code} (restartPolicy {policy})."
-                    + (f" {obs.message}" if obs.message else ""),
-                )
-        else:
-            decision.changed = self._progress()
+        self.status.startTime = self.clock()
+        return Decision(create=[p.plan for p in self.pods.values()])
+
+    def suspend(self) -> Decision:
+        """Delete every pod (and service), active counts to 0, Running False, Suspended True."""
+        if self.finished or self.suspended:
+            return Decision()
+        decision = Decision(delete=[p.plan for p in self.pods.values()])
+        self.suspended = True
+        for pod in self.pods.values():
+            pod.unschedulable = None
+        self._update_pending()
+        message = f"{self.kind} {self.name} is suspended."
+        if self.status.is_true(ConditionType.RUNNING):
+            self._condition(ConditionType.RUNNING, "Suspended", message, value="False")
+        self._set(ConditionType.SUSPENDED, JobPhase.SUSPENDED, "Suspended", message)
+        decision.changed = True
         self._count()
-        decision.finished = self.finished
         return decision
 
-    def _over_backoff_limit(self) -> bool:
+    def resume(self) -> Decision:
+        """Create every pod again under its name; Suspended False and a new startTime."""
+        if self.finished or not self.suspended:
+            return Decision()
+        self.suspended = False
+        for name, pod in self.pods.items():
+            self.pods[name] = PodState(pod.plan)
+        self._condition(
+            ConditionType.SUSPENDED, "Resumed", f"{self.kind} {self.name} is resumed.", "False"
+        )
+        self.phase = JobPhase.CREATED
+        self.status.startTime = self.clock()
+        self._count()
+        return Decision(create=[p.plan for p in self.pods.values()], changed=True)
+
+    def fail(self, reason: str, message: str) -> Decision:
+        """Fail the job from outside the pods' story (the cluster refused its objects)."""
+        decision = Decision()
+        decision.changed = self._fail(reason, message)
+        decision.finished = decision.changed
+        return decision
+
+    # -- pods -----------------------------------------------------------------------------
+
+    def observe(self, obs: PodObservation) -> Decision:
+        pod = self.pods.get(obs.name)
+        if pod is None or self.finished or self.suspended:
+            return Decision()
+        decision = Decision()
+        pod.phase, pod.exit_code = obs.phase, obs.exit_code
+        unschedulable = obs.phase == "Pending" and (obs.message or "").startswith(
+            UNSCHEDULABLE_PREFIX
+        )
+        if unschedulable or obs.phase != "Pending":
+            pod.unschedulable = obs.message if unschedulable else None
+        over_limit = False
+        if obs.phase == "Failed":
+            over_limit = self._pod_failed(pod, obs, decision)
+        else:
+            decision.changed = self._progress()
+        decision.unschedulable = self._update_pending()
+        self._count()
+        if self.finished:
+            decision.finished = True
+            # The backoff limit stops the job: its other pods must not run on.
+            decision.delete = self._to_delete(stop_active=over_limit)
+        return decision
+
+    def _pod_failed(self, pod: PodState, obs: PodObservation, decision: Decision) -> bool:
+        """Restart the pod or fail the job; True when the backoff limit failed it."""
+        policy = pod.plan.restart_policy
+        code = "an unknown code" if obs.exit_code is None else f"code {obs.exit_code}"
+        detail = f" {obs.message}" if obs.message else ""
+        if not _retryable(policy, obs.exit_code):
+            decision.changed = self._fail(
+                "Failed",
+                f"{self.kind} {self.name} is failed because {obs.name} exited with {code} "
+                f"(restartPolicy {policy}).{detail}",
+            )
+            return False
+        self.restarts += 1
         limit = self.job.run_policy.backoffLimit
-        return limit is not None and self.restarts > limit
+        if limit is not None and self.restarts > limit:
+            decision.changed = self._fail(
+                "BackoffLimitExceeded",
+                f"{self.kind} {self.name} has failed because it has reached the specified "
+                f"backoff limit ({limit}): {obs.name} exited with {code}.{detail}",
+            )
+            return True
+        pod.phase, pod.exit_code, pod.unschedulable = "Pending", None, None
+        decision.restart.append(pod.plan)
+        decision.changed = self._set(
+            ConditionType.RESTARTING,
+            JobPhase.RESTARTING,
+            "Restarting",
+            f"{self.kind} {self.name} is restarting because {obs.name} exited with {code} "
+            f"(restart {self.restarts}).",
+        )
+        return False
 
     def _progress(self) -> bool:
-        counts = self.counts()
-        if self.rendered.adapter.succeeded(self.job, counts):
-            self.status.completionTime = datetime.now(UTC)
+        if self.rendered.adapter.succeeded(self.job, self.counts()):
+            self.status.completionTime = self.clock()
             return self._set(
                 ConditionType.SUCCEEDED,
                 JobPhase.SUCCEEDED,
                 "Succeeded",
-                f"{self.job.kind} {self.job.metadata.name} is successfully completed.",
+                f"{self.kind} {self.name} is successfully completed.",
             )
         if any(p.phase == "Running" for p in self.pods.values()):
             if self.status.startTime is None:
-                self.status.startTime = datetime.now(UTC)
+                self.status.startTime = self.clock()
             return self._set(
                 ConditionType.RUNNING,
                 JobPhase.RUNNING,
                 "Running",
-                f"{self.job.kind} {self.job.metadata.name} is running.",
+                f"{self.kind} {self.name} is running.",
             )
         return False
 
+    def _update_pending(self) -> bool:
+        """Follow the scheduler's message; True when there is a new one to tell."""
+        reason = next((p.unschedulable for p in self.pods.values() if p.unschedulable), None)
+        changed = reason != self.pending_reason
+        self.pending_reason = reason
+        if reason is None:
+            self.unschedulable_since = None
+        elif self.unschedulable_since is None:
+            self.unschedulable_since = self.clock().timestamp()
+        return changed and reason is not None
+
+    # -- deadlines ------------------------------------------------------------------------
+
+    def deadline(self) -> datetime | None:
+        """When `activeDeadlineSeconds` (from startTime) runs out, while the job is active."""
+        seconds = self.job.run_policy.activeDeadlineSeconds
+        start = self.status.startTime
+        if seconds is None or start is None or self.finished or self.suspended:
+            return None
+        return start + timedelta(seconds=seconds)
+
+    def expire_deadline(self) -> Decision:
+        """Fail the job if its active deadline has passed (the worker's timer asks on time)."""
+        deadline = self.deadline()
+        if deadline is None or self.clock() < deadline:
+            return Decision()
+        seconds = self.job.run_policy.activeDeadlineSeconds
+        decision = Decision()
+        decision.changed = self._fail(
+            "DeadlineExceeded",
+            f"{self.kind} {self.name} has failed because it was active longer than specified "
+            f"deadline ({seconds}s).",
+        )
+        self._count()
+        decision.finished = self.finished
+        decision.delete = self._to_delete(stop_active=True)
+        return decision
+
+    def expiry(self) -> datetime | None:
+        """When `ttlSecondsAfterFinished` runs out: then the job's objects go, run and all."""
+        ttl = self.job.run_policy.ttlSecondsAfterFinished
+        done = self.status.completionTime
+        if ttl is None or done is None or not self.finished:
+            return None
+        return done + timedelta(seconds=ttl)
+
+    def next_timer(self) -> datetime | None:
+        """The next moment the worker must look at this run again."""
+        return self.expiry() if self.finished else self.deadline()
+
+    # -- status ---------------------------------------------------------------------------
+
     def _fail(self, reason: str, message: str) -> bool:
-        self.status.completionTime = datetime.now(UTC)
+        if self.finished:
+            return False
+        self.status.completionTime = self.clock()
         return self._set(ConditionType.FAILED, JobPhase.FAILED, reason, message)
 
     def _set(self, ctype: ConditionType, phase: JobPhase, reason: str, message: str) -> bool:
-        if not set_condition(self.status, ctype, f"{self.job.kind}{reason}", message):
+        if not self._condition(ctype, reason, message):
             return False
         self.phase = phase
         return True
+
+    def _condition(
+        self, ctype: ConditionType, reason: str, message: str, value: ConditionValue = "True"
+    ) -> bool:
+        return set_condition(
+            self.status, ctype, f"{self.kind}{reason}", message, value=value, now=self.clock()
+        )
 
     def counts(self) -> dict[str, ReplicaCounts]:
         result: dict[str, ReplicaCounts] = {}
@@ -140,23 +303,33 @@ class JobRun:
             states = [p for p in self.pods.values() if p.plan.replica_type == rtype]
             result[rtype] = ReplicaCounts(
                 expected=len(states),
-                active=sum(p.phase in ("Pending", "Running") for p in states),
+                active=0 if self.suspended else sum(p.phase in _ACTIVE for p in states),
                 succeeded=sum(p.phase == "Succeeded" for p in states),
                 failed=sum(p.phase == "Failed" for p in states),
+                succeeded_indexes=frozenset(p.plan.index for p in states if p.phase == "Succeeded"),
             )
         return result
 
     def _count(self) -> None:
         self.status.replicaStatuses = {
-            rtype: ReplicaStatus(active=c.active, succeeded=c.succeeded, failed=c.failed)
+            rtype: ReplicaStatus(
+                active=c.active,
+                succeeded=c.succeeded,
+                failed=c.failed,
+                selector=self._selector(rtype),
+            )
             for rtype, c in self.counts().items()
         }
 
-    def pods_to_clean(self) -> list[PodPlan]:
-        """Pods cleanPodPolicy removes once the job finished (default None keeps all)."""
+    def _selector(self, rtype: str) -> str:
+        return f"{LABEL_JOB_NAME}={self.name},{LABEL_REPLICA_TYPE}={rtype.lower()}"
+
+    def _to_delete(self, *, stop_active: bool) -> list[PodPlan]:
+        """Pods to delete now that the job finished: cleanPodPolicy's (All; Running for
+        Running and Pending; None keeps all), plus every active pod when `stop_active`."""
         policy = self.job.run_policy.cleanPodPolicy or "None"
-        if policy == "All":
-            return [p.plan for p in self.pods.values()]
-        if policy == "Running":
-            return [p.plan for p in self.pods.values() if p.phase in ("Pending", "Running")]
-        return []
+        return [
+            p.plan
+            for p in self.pods.values()
+            if policy == "All" or ((policy == "Running" or stop_active) and p.phase in _ACTIVE)
+        ]

@@ -1,6 +1,7 @@
-"""The worker's least-privilege identity in a sandbox cluster, as RBAC objects: its pods and
-services (and their logs, and events) only in the allowed namespaces; read-only nodes; and
-read-only pods cluster-wide, because a node's free capacity depends on everyone's pods."""
+"""The worker's least-privilege identity in a sandbox cluster, as RBAC objects: its pods,
+services and configmaps (and pod logs, and events) only in the allowed namespaces; read-only
+nodes; and read-only pods cluster-wide, because a node's free capacity depends on everyone's
+pods."""
 
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ def worker_rbac(namespaces: Sequence[str]) -> Iterator[tuple[str, dict[str, Any]
         role["rules"] = [
             _rule("pods", _WRITE),
             _rule("services", _WRITE),
+            # MPIJob's hostfile; created before the pods, deleted with the job.
+            _rule("configmaps", ["create", "get", "list", "delete"]),
             _rule("pods/log", ["get"]),
             _rule("events", ["create"]),
         ]

@@ -5,15 +5,25 @@ from __future__ import annotations
 import abc
 import asyncio
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 from schemas.cluster import NodeSnapshot
 from workers.network import ClusterNetwork, Network
-from workers.rendering import PodPlan, ServicePlan
+from workers.rendering import ConfigMapPlan, PodPlan, ServicePlan
 
 PodPhase = Literal["Pending", "Running", "Succeeded", "Failed"]
 SIM_DURATION = "trainhub.io/sim-duration"
 SIM_EXIT_CODE = "trainhub.io/sim-exit-code"
+UNSCHEDULABLE_PREFIX = "Unschedulable:"
+"""How a Pending observation's message starts when no node can take the pod."""
+
+
+class BackendError(RuntimeError):
+    """The cluster refused a request. A `transient` refusal may pass when the request is made
+    again later (the apiserver was unreachable past the retries); the others never will
+    (forbidden, an invalid object, a missing namespace)."""
+
+    transient: ClassVar[bool] = False
 
 
 @dataclass(frozen=True)
@@ -22,6 +32,7 @@ class PodObservation:
     name: str
     phase: PodPhase
     exit_code: int | None = None
+    """The default container's exit code, once it terminated."""
     message: str | None = None
     node: str | None = None
 
@@ -35,6 +46,12 @@ class Capacity:
 
 class Backend(abc.ABC):
     kind: str
+    keeps_pods: bool = False
+    """Whether pods outlive this worker process (true for a real cluster); when they do not,
+    a stopping worker hands its unfinished jobs back to the hub."""
+    init_containers: ClassVar[bool] = False
+    """Whether pods run their init containers (then workers wait for their master in one);
+    without, the backend itself holds a pod with a `master_address` until it is reachable."""
 
     def __init__(self) -> None:
         self.observations: asyncio.Queue[PodObservation] = asyncio.Queue()
@@ -49,6 +66,9 @@ class Backend(abc.ABC):
     async def close(self) -> None:
         """Stop watching and release connections (pods stay where the cluster keeps them)."""
 
+    async def create_config_map(self, job_uid: str, config_map: ConfigMapPlan) -> None:
+        """Create, or accept that it already exists (backends without volumes ignore it)."""
+
     @abc.abstractmethod
     async def create_service(self, job_uid: str, service: ServicePlan) -> None:
         """Create, or accept that it already exists."""
@@ -59,7 +79,8 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def delete_pod(self, job_uid: str, name: str, namespace: str) -> None:
-        """Delete the pod and its service; missing is fine."""
+        """Delete the pod and its service; missing is fine. Where the backend can, no
+        observation of the deleted pod arrives once this returns (local and sim)."""
 
     @abc.abstractmethod
     async def delete_job(self, job_uid: str) -> None:

@@ -31,7 +31,14 @@ from workers.backends.kube_watch import (
     PodObserver,
     PodWatch,
 )
-from workers.rendering import LABEL_JOB_UID, LABEL_MANAGED, OPERATOR_NAME, PodPlan, ServicePlan
+from workers.rendering import (
+    LABEL_JOB_UID,
+    LABEL_MANAGED,
+    OPERATOR_NAME,
+    ConfigMapPlan,
+    PodPlan,
+    ServicePlan,
+)
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +57,8 @@ class _KnownPod:
 
 class KubeBackend(Backend):
     kind = "kube"
+    keeps_pods = True
+    init_containers = True
 
     def __init__(
         self,
@@ -177,6 +186,16 @@ class KubeBackend(Backend):
 
     # -- objects --------------------------------------------------------------------------
 
+    async def create_config_map(self, job_uid: str, config_map: ConfigMapPlan) -> None:
+        await self._create(
+            job_uid,
+            "configmaps",
+            config_map.namespace,
+            config_map.name,
+            self.api.core.create_namespaced_config_map,
+            config_map.manifest(),
+        )
+
     async def create_service(self, job_uid: str, service: ServicePlan) -> None:
         core = self.api.core
         await self._create(
@@ -225,12 +244,14 @@ class KubeBackend(Backend):
 
     async def _delete(self, job_uid: str, resource: str, namespace: str, name: str) -> None:
         core = self.api.core
+        options: dict[str, Any] = {"propagation_policy": "Background"}
         if resource == "pods":
             method = core.delete_namespaced_pod
-            options = {"grace_period_seconds": 0, "propagation_policy": "Background"}
-        else:
+            options["grace_period_seconds"] = 0
+        elif resource == "services":
             method = core.delete_namespaced_service
-            options = {"propagation_policy": "Background"}
+        else:
+            method = core.delete_namespaced_config_map
         try:
             await self.api.call("delete", resource, namespace, method, name, namespace, **options)
         except KubeNotFound:
@@ -243,8 +264,10 @@ class KubeBackend(Backend):
 
     async def delete_job(self, job_uid: str) -> None:
         selector = f"{LABEL_JOB_UID}={job_uid}"
-        targets = [("pods", obj) for obj in await self._list_ours("pods", selector)] + [
-            ("services", obj) for obj in await self._list_ours("services", selector)
+        targets = [
+            (resource, obj)
+            for resource in ("pods", "services", "configmaps")
+            for obj in await self._list_ours(resource, selector)
         ]
         limit = asyncio.Semaphore(_DELETE_CONCURRENCY)
 
@@ -264,18 +287,20 @@ class KubeBackend(Backend):
         """Our objects of one kind matching `selector`, in the allowed namespaces."""
         core = self.api.core
         items: list[dict[str, Any]] = []
+        everywhere, namespaced = {
+            "pods": (core.list_pod_for_all_namespaces, core.list_namespaced_pod),
+            "services": (core.list_service_for_all_namespaces, core.list_namespaced_service),
+            "configmaps": (
+                core.list_config_map_for_all_namespaces,
+                core.list_namespaced_config_map,
+            ),
+        }[resource]
         if self.namespaces is None:
-            method = (
-                core.list_pod_for_all_namespaces
-                if resource == "pods"
-                else core.list_service_for_all_namespaces
-            )
-            reply = await self.api.call("list", resource, None, method, label_selector=selector)
+            reply = await self.api.call("list", resource, None, everywhere, label_selector=selector)
             return list(reply.get("items") or [])
-        method = core.list_namespaced_pod if resource == "pods" else core.list_namespaced_service
         for namespace in self.namespaces:
             reply = await self.api.call(
-                "list", resource, namespace, method, namespace, label_selector=selector
+                "list", resource, namespace, namespaced, namespace, label_selector=selector
             )
             items.extend(reply.get("items") or [])
         return items
@@ -329,6 +354,7 @@ class KubeBackend(Backend):
     async def job_uids(self) -> set[str]:
         objects = await self._list_ours("pods", MANAGED_SELECTOR)
         objects += await self._list_ours("services", MANAGED_SELECTOR)
+        objects += await self._list_ours("configmaps", MANAGED_SELECTOR)
         return {uid for uid in map(job_uid_of, objects) if uid is not None}
 
     async def pod_logs(self, job_uid: str, name: str) -> str:

@@ -26,6 +26,8 @@ from tenacity import (
     wait_random,
 )
 
+from workers.backends.base import BackendError
+
 log = logging.getLogger(__name__)
 
 # The apiserver names the authenticated user in its 403 messages: `User "x" cannot ...`.
@@ -38,7 +40,7 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-class KubeError(RuntimeError):
+class KubeError(BackendError):
     """A request the apiserver refused for good (or that kept failing past the retries)."""
 
     def __init__(self, message: str, status: int = 0, reason: str = "") -> None:
@@ -65,6 +67,8 @@ class KubeGone(KubeError):
 
 class KubeUnavailable(KubeError):
     """429, 5xx or a connection failure: retried with backoff, raised once retries run out."""
+
+    transient = True
 
     def __init__(
         self, message: str, status: int = 0, reason: str = "", retry_after: float | None = None

@@ -1,4 +1,9 @@
-"""`local`: each pod is a real process on this machine, reachable on 127.0.0.1."""
+"""`local`: each pod is a real process on this machine, reachable on 127.0.0.1.
+
+A pod that must not start before its master (`PodPlan.master_address`) waits, in a task of
+its own, until a TCP connection to the master succeeds; that is what the init container does
+on a real cluster.
+"""
 
 from __future__ import annotations
 
@@ -13,13 +18,20 @@ from pathlib import Path
 from typing import IO
 
 from bus.aiotasks import TaskOwner
-from workers.backends.base import Backend, Capacity, PodObservation
+from workers.backends.base import Backend, Capacity, PodObservation, PodPhase
 from workers.backends.node_pool import NodePool
+from workers.backends.pod_env import ProcessSpec, UnresolvableEnv, process_spec
 from workers.network import LoopbackNetwork, Network
-from workers.rendering import PodPlan, ServicePlan
+from workers.rendering import INIT_CONTAINER_MAX_TRIES, PodPlan, ServicePlan
 
 log = logging.getLogger(__name__)
 _KILL_GRACE = 5.0
+_NODE = "local"
+CANNOT_START = 127
+"""The exit code a shell gives a command it cannot run."""
+MASTER_WAIT_INTERVAL = 2.0
+"""Seconds between two tries to reach the master, as upstream's init container sleeps."""
+_CONNECT_TIMEOUT = 2.0
 
 
 @dataclass
@@ -28,16 +40,29 @@ class _LocalPod:
     plan: PodPlan
     log_path: Path
     process: asyncio.subprocess.Process | None = None
+    starter: asyncio.Task[None] | None = None
+    """Waits for the master before starting the process."""
+    bound: bool = False
 
 
 class LocalBackend(Backend):
     kind = "local"
 
-    def __init__(self, pool: NodePool, *, workdir: Path, logs_dir: Path) -> None:
+    def __init__(
+        self,
+        pool: NodePool,
+        *,
+        workdir: Path,
+        logs_dir: Path,
+        master_wait_tries: int = INIT_CONTAINER_MAX_TRIES,
+        master_wait_interval: float = MASTER_WAIT_INTERVAL,
+    ) -> None:
         super().__init__()
         self.pool = pool
         self.workdir = workdir
         self.logs_dir = logs_dir
+        self.master_wait_tries = master_wait_tries
+        self.master_wait_interval = master_wait_interval
         self._pods: dict[str, _LocalPod] = {}
         self._tasks = TaskOwner("local")
 
@@ -59,39 +84,71 @@ class LocalBackend(Backend):
         key = f"{pod.namespace}/{pod.name}"
         if key in self._pods:
             return
-        log_path = self.logs_dir / f"{pod.namespace}_{pod.name}.log"
-        local = _LocalPod(job_uid, pod, log_path)
+        local = _LocalPod(job_uid, pod, self.logs_dir / f"{pod.namespace}_{pod.name}.log")
         self._pods[key] = local
-        container = pod.main_container
-        argv = [*(container.command or []), *(container.args or [])]
-        if not argv:
-            await self._emit(local, "Failed", 127, "the local backend needs a container command")
-            return
-        if self.pool.bind(key, pod.requests, {}) is None:
-            log.warning("local node is over-committed by pod %s", key)
-        env = {
-            **self._base_env(),
-            **{e.name: e.value for e in container.env or [] if e.value is not None},
-        }
-        cwd = self.workdir / container.workingDir if container.workingDir else self.workdir
-        output: IO[bytes] = log_path.open("wb")
         try:
-            local.process = await asyncio.create_subprocess_exec(
-                *argv,
+            spec = process_spec(pod, pod.main_container, _NODE)
+        except UnresolvableEnv as exc:
+            await self._emit(local, "Failed", CANNOT_START, str(exc))
+            return
+        for warning in spec.warnings:
+            log.warning("pod %s: %s", key, warning, extra={"job": job_uid})
+        if not spec.argv:
+            await self._emit(local, "Failed", CANNOT_START, "the local backend needs a command")
+            return
+        local.bound = self.pool.bind(key, pod.requests, {}) is not None
+        if not local.bound:
+            log.warning("local node is over-committed by pod %s", key, extra={"job": job_uid})
+        if pod.master_address is None:
+            await self._start_process(key, local, spec)
+        else:
+            await self._emit(local, "Pending")
+            local.starter = self._tasks.spawn(self._start_after_master(key, local, spec), key)
+
+    async def _start_after_master(self, key: str, pod: _LocalPod, spec: ProcessSpec) -> None:
+        assert pod.plan.master_address is not None
+        host, port = pod.plan.master_address
+        for attempt in range(self.master_wait_tries):
+            if attempt:
+                await asyncio.sleep(self.master_wait_interval)
+            if await _accepts_connections(host, port):
+                pod.starter = None  # from here on a delete stops the process instead
+                await self._start_process(key, pod, spec)
+                return
+            log.debug("%s waits for its master at %s:%d", key, host, port)
+        self._unbind(key, pod)
+        await self._emit(
+            pod,
+            "Failed",
+            1,
+            f"the master at {host}:{port} did not accept connections after "
+            f"{self.master_wait_tries} tries {self.master_wait_interval:g}s apart",
+        )
+
+    async def _start_process(self, key: str, pod: _LocalPod, spec: ProcessSpec) -> None:
+        container = pod.plan.main_container
+        cwd = self.workdir / container.workingDir if container.workingDir else self.workdir
+        output: IO[bytes] = pod.log_path.open("wb")
+        try:
+            pod.process = await asyncio.create_subprocess_exec(
+                *spec.argv,
                 cwd=cwd,
-                env=env,
+                env={**self._base_env(), **spec.env},
                 stdout=output,
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
             )
         except OSError as exc:
-            output.close()
-            self.pool.unbind(key)
-            await self._emit(local, "Failed", 127, f"cannot start {argv[0]!r}: {exc}")
+            self._unbind(key, pod)
+            await self._emit(pod, "Failed", CANNOT_START, f"cannot start {spec.argv[0]!r}: {exc}")
             return
-        output.close()
-        await self._emit(local, "Running")
-        self._tasks.spawn(self._wait(key, local), key)
+        finally:
+            output.close()
+        if self._pods.get(key) is not pod:
+            await self._stop_process(pod)  # deleted while it was being started
+            return
+        await self._emit(pod, "Running")
+        self._tasks.spawn(self._wait(key, pod), key)
 
     @staticmethod
     def _base_env() -> dict[str, str]:
@@ -104,21 +161,34 @@ class LocalBackend(Backend):
     async def _wait(self, key: str, pod: _LocalPod) -> None:
         assert pod.process is not None
         code = await pod.process.wait()
-        self.pool.unbind(key)
         if self._pods.get(key) is not pod:
-            return
+            return  # deleted: its successor under the same name owns the binding now
+        self._unbind(key, pod)
         # A signal death reads as 128+N, as a container runtime reports it.
         exit_code = 128 - code if code < 0 else code
         await self._emit(pod, "Succeeded" if exit_code == 0 else "Failed", exit_code)
 
+    def _unbind(self, key: str, pod: _LocalPod) -> None:
+        if pod.bound:
+            self.pool.unbind(key)
+            pod.bound = False
+
     async def _emit(
-        self, pod: _LocalPod, phase: str, exit_code: int | None = None, message: str | None = None
+        self,
+        pod: _LocalPod,
+        phase: PodPhase,
+        exit_code: int | None = None,
+        message: str | None = None,
     ) -> None:
+        if self._pods.get(f"{pod.plan.namespace}/{pod.plan.name}") is not pod:
+            return  # a deleted pod says nothing more
         await self.observations.put(
-            PodObservation(pod.job_uid, pod.plan.name, phase, exit_code, message, node="local")  # type: ignore[arg-type]
+            PodObservation(pod.job_uid, pod.plan.name, phase, exit_code, message, node=_NODE)
         )
 
     async def _stop_process(self, pod: _LocalPod) -> None:
+        if pod.starter is not None:
+            pod.starter.cancel()
         process = pod.process
         if process is None or process.returncode is not None:
             return
@@ -135,8 +205,8 @@ class LocalBackend(Backend):
         key = f"{namespace}/{name}"
         pod = self._pods.pop(key, None)
         if pod is not None:
+            self._unbind(key, pod)
             await self._stop_process(pod)
-            self.pool.unbind(key)
 
     async def delete_job(self, job_uid: str) -> None:
         for key in [k for k, p in self._pods.items() if p.job_uid == job_uid]:
@@ -144,12 +214,7 @@ class LocalBackend(Backend):
             await self.delete_pod(job_uid, name, namespace)
 
     async def capacity(self) -> Capacity:
-        running = {
-            p.job_uid
-            for p in self._pods.values()
-            if p.process is not None and p.process.returncode is None
-        }
-        return Capacity(self.pool.snapshots(), running)
+        return Capacity(self.pool.snapshots(), {p.job_uid for p in self._pods.values() if p.bound})
 
     async def job_uids(self) -> set[str]:
         return {p.job_uid for p in self._pods.values()}
@@ -159,3 +224,14 @@ class LocalBackend(Backend):
         if pod is None or not pod.log_path.exists():
             return ""
         return await asyncio.to_thread(pod.log_path.read_text, errors="replace")
+
+
+async def _accepts_connections(host: str, port: int) -> bool:
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), _CONNECT_TIMEOUT)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True

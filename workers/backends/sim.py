@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from dataclasses import dataclass
+from decimal import Decimal
 
 from bus.aiotasks import TaskOwner
 from workers.backends.base import (
     SIM_DURATION,
     SIM_EXIT_CODE,
+    UNSCHEDULABLE_PREFIX,
     Backend,
     Capacity,
     PodObservation,
@@ -21,12 +24,32 @@ from workers.rendering import PodPlan, ServicePlan
 DEFAULT_DURATION = 1.0
 
 
+def _why_unschedulable(pool: NodePool, pod: PodPlan) -> str:
+    """kube-scheduler's wording: how many nodes fit, and what stopped the others."""
+    selector = dict(pod.spec.nodeSelector or {})
+    reasons: Counter[str] = Counter()
+    for node in pool.nodes:
+        if any(node.labels.get(k) != v for k, v in selector.items()):
+            reasons["node(s) didn't match Pod's node affinity/selector"] += 1
+            continue
+        used = node.requested()
+        needs = {**pod.requests, "pods": Decimal(1)} if "pods" in node.allocatable else pod.requests
+        for resource, amount in needs.items():
+            if amount > 0 and used.get(resource, Decimal(0)) + amount > node.allocatable.get(
+                resource, Decimal(0)
+            ):
+                reasons[f"Insufficient {resource}"] += 1
+    detail = ", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items()))
+    return f"0/{len(pool.nodes)} nodes are available: {detail}."
+
+
 @dataclass
 class _SimPod:
     job_uid: str
     plan: PodPlan
     phase: PodPhase = "Pending"
     node: str | None = None
+    unschedulable: str | None = None
 
 
 class SimBackend(Backend):
@@ -58,12 +81,24 @@ class SimBackend(Backend):
         for key, pod in self._pods.items():
             if pod.phase != "Pending" or pod.node is not None:
                 continue
-            node = self.pool.bind(key, pod.plan.requests, dict(pod.plan.spec.nodeSelector or {}))
+            selector = dict(pod.plan.spec.nodeSelector or {})
+            node = self.pool.bind(key, pod.plan.requests, selector)
             if node is not None:
                 pod.node = node
+                pod.unschedulable = None
                 self._tasks.spawn(self._run(key, pod), key)
+                continue
+            message = f"{UNSCHEDULABLE_PREFIX} {_why_unschedulable(self.pool, pod.plan)}"
+            if message != pod.unschedulable:
+                # Like kube-scheduler's PodScheduled=False condition, once per new message.
+                pod.unschedulable = message
+                self.observations.put_nowait(
+                    PodObservation(pod.job_uid, pod.plan.name, "Pending", message=message)
+                )
 
     async def _run(self, key: str, pod: _SimPod) -> None:
+        if self._pods.get(key) is not pod:
+            return  # deleted before it started
         pod.phase = "Running"
         await self._emit(pod)
         annotations = pod.plan.annotations

@@ -1,0 +1,207 @@
+"""Jobs through the hub on a real Kafka broker (and on the in-memory bus, for the ratio).
+
+Two measurements, written to bench/results/kafka.json:
+- throughput: N jobs already on the jobs topic, the hub started, time until all are Assigned;
+- latency: jobs offered at a fixed rate while the hub runs; submit -> Assigned percentiles,
+  from the CloudEvent times of each job's submission and of its Assigned status.
+
+Usage: python -m bench.hub_throughput [--jobs N] [--rate R] [--bootstrap HOST:PORT]
+Without --bootstrap a sandbox broker is started (and stopped) for the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from bus.base import Bus
+from bus.events import publish_event
+from bus.kafka import KafkaBus
+from bus.kafka_settings import KafkaSettings
+from bus.memory import MemoryBus
+from bus.topics import Topics
+from dispatcher.hub import Hub, HubConfig
+from schemas.cluster import ClusterSnapshot, NodeSnapshot
+from schemas.codec import decode_event
+from schemas.events import EventType, JobStatusUpdate, make_event
+from schemas.quantity import parse_quantity
+from schemas.status import JobPhase
+from trainhub.producer import submit_document
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def job(i: int, run: str) -> dict[str, Any]:
+    container = {
+        "name": "jax",
+        "image": "bench",
+        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+    }
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "JAXJob",
+        "metadata": {"name": f"bench-{run}-{i}"},
+        "spec": {
+            "runPolicy": {"managedBy": "trainhub.io/dispatcher"},
+            "jaxReplicaSpecs": {
+                "Worker": {"replicas": 2, "template": {"spec": {"containers": [container]}}}
+            },
+        },
+    }
+
+
+async def heartbeat(bus: Bus, topics: Topics, clusters: int = 4) -> None:
+    """Big simulated clusters (no workers needed: the hub only places)."""
+    for c in range(clusters):
+        nodes = [
+            NodeSnapshot(
+                name=f"n{n}",
+                allocatable={"cpu": parse_quantity("10000"), "memory": parse_quantity("100Ti")},
+            )
+            for n in range(50)
+        ]
+        snapshot = ClusterSnapshot(
+            name=f"c{c}", nodes=nodes, observedAt=datetime.now().astimezone()
+        )
+        event = make_event(EventType.CLUSTER_HEARTBEAT, "bench", snapshot.name, snapshot)
+        await publish_event(bus, topics.clusters, snapshot.name, event)
+
+
+async def assigned_times(bus: Bus, topics: Topics) -> dict[str, float]:
+    subscription = bus.subscribe([topics.status], group=None)
+    await subscription.start()
+    found: dict[str, float] = {}
+    try:
+        while True:
+            for record in await subscription.poll(timeout=0.5, max_records=10_000):
+                event = decode_event(record.headers, record.value)
+                update = event.data_as(JobStatusUpdate)
+                if update.phase == JobPhase.ASSIGNED:
+                    found[update.uid] = event.time.timestamp()
+            if await subscription.lag() == 0:
+                return found
+    finally:
+        await subscription.stop()
+
+
+async def _until_placed(hub: Hub, count: int) -> None:
+    """Poll the hub's ledger (cheap, in-process) until `count` jobs are assigned."""
+    while len(hub.ledger.in_phase(JobPhase.ASSIGNED)) < count:  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+
+
+async def throughput(bus: Bus, jobs: int) -> dict[str, float]:
+    topics = Topics(prefix=f"bench{uuid.uuid4().hex[:8]}")
+    await bus.create_topics(topics.shared_specs())
+    await heartbeat(bus, topics)
+    run = uuid.uuid4().hex[:6]
+    for i in range(jobs):
+        await submit_document_nowait(bus, topics, job(i, run))
+    await bus.flush()
+    hub = Hub(bus, topics, HubConfig(max_heartbeat_age=3600))
+    started = time.perf_counter()
+    await hub.start()
+    await _until_placed(hub, jobs)
+    elapsed = time.perf_counter() - started
+    await hub.stop()
+    return {"jobs": jobs, "seconds": round(elapsed, 3), "jobs_per_s": round(jobs / elapsed, 1)}
+
+
+async def submit_document_nowait(bus: Bus, topics: Topics, document: dict[str, Any]) -> None:
+    from schemas.events import JobSubmitted
+    from schemas.job_parsing import job_uid_of
+
+    uid = job_uid_of(document) or ""
+    event = make_event(EventType.JOB_SUBMITTED, "bench", uid, JobSubmitted(job=document))
+    await publish_event(bus, topics.jobs, uid, event, wait=False)
+
+
+async def latency(bus: Bus, rate: float, seconds: float) -> dict[str, float]:
+    topics = Topics(prefix=f"bench{uuid.uuid4().hex[:8]}")
+    await bus.create_topics(topics.shared_specs())
+    await heartbeat(bus, topics)
+    hub = Hub(bus, topics, HubConfig(max_heartbeat_age=3600))
+    await hub.start()
+    run = uuid.uuid4().hex[:6]
+    total = int(rate * seconds)
+    submitted: dict[str, float] = {}
+    start = time.perf_counter()
+    for i in range(total):
+        target = start + i / rate
+        delay = target - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        document = job(i, run)
+        uid = await submit_document(bus, topics, document)
+        submitted[uid] = time.time()
+    await _until_placed(hub, total)
+    await hub.stop()
+    assigned = await assigned_times(bus, topics)
+    waits = sorted(1000 * (assigned[u] - t) for u, t in submitted.items() if u in assigned)
+    return {
+        "offered_jobs_per_s": rate,
+        "jobs": total,
+        "p50_ms": round(statistics.median(waits), 2),
+        "p99_ms": round(waits[int(0.99 * (len(waits) - 1))], 2),
+        "max_ms": round(waits[-1], 2),
+    }
+
+
+@asynccontextmanager
+async def kafka_bus(bootstrap: str | None) -> AsyncIterator[KafkaBus]:
+    broker = None
+    if bootstrap is None:
+        from trainhub.sandbox.kafka_broker import start_kafka, stop_kafka
+
+        broker = start_kafka(Path(tempfile.mkdtemp(prefix="bench-kafka-")))
+        bootstrap = broker.bootstrap
+    bus = KafkaBus(KafkaSettings(bootstrap=bootstrap))
+    await bus.start()
+    try:
+        yield bus
+    finally:
+        await bus.close()
+        if broker is not None:
+            stop_kafka(broker)
+
+
+async def main(jobs: int, rate: float, seconds: float, bootstrap: str | None) -> dict[str, Any]:
+    memory = MemoryBus()
+    await memory.start()
+    report: dict[str, Any] = {
+        "memory": {"throughput": await throughput(memory, jobs)},
+    }
+    report["memory"]["latency"] = await latency(memory, rate, seconds)
+    async with kafka_bus(bootstrap) as bus:
+        report["kafka"] = {
+            "throughput": await throughput(bus, jobs),
+            "latency": await latency(bus, rate, seconds),
+        }
+    report["kafka_vs_memory_throughput"] = round(
+        report["kafka"]["throughput"]["jobs_per_s"] / report["memory"]["throughput"]["jobs_per_s"],
+        3,
+    )
+    return report
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--jobs", type=int, default=5000)
+    parser.add_argument("--rate", type=float, default=500.0)
+    parser.add_argument("--seconds", type=float, default=6.0)
+    parser.add_argument("--bootstrap")
+    args = parser.parse_args()
+    result = asyncio.run(main(args.jobs, args.rate, args.seconds, args.bootstrap))
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "kafka.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))

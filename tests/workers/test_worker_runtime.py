@@ -1,0 +1,416 @@
+"""A worker on the sim backend fed straight through its assignments topic: deadlines that fire
+on time, TTL, suspend and resume, the scheduler's word, refused objects, graceful stop."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from bus.events import publish_event
+from bus.memory import MemoryBus
+from bus.topics import Topics
+from schemas.codec import decode_event
+from schemas.events import EventType, JobAssigned, JobRef, JobStatusUpdate, make_event
+from schemas.job_parsing import job_uid_of
+from schemas.status import JobPhase
+from tests.workers.job_documents import job_document, replica
+from workers.backends.base import Backend, BackendError
+from workers.backends.sim import SimBackend
+from workers.cluster_spec import parse_cluster_spec
+from workers.rendering import ConfigMapPlan, PodPlan, ServicePlan
+from workers.worker import Worker, WorkerConfig
+
+CLUSTER = "c"
+
+
+@dataclass
+class Harness:
+    bus: MemoryBus
+    topics: Topics
+    worker: Worker
+    registry: CollectorRegistry
+
+    async def assign(self, document: dict[str, Any], attempt: int = 1) -> str:
+        uid = job_uid_of(document)
+        assert uid is not None
+        data = JobAssigned(uid=uid, cluster=CLUSTER, attempt=attempt, job=document)
+        await self._send(make_event(EventType.JOB_ASSIGNED, "test/hub", uid, data), uid)
+        return uid
+
+    async def request(self, event_type: str, uid: str) -> None:
+        await self._send(make_event(event_type, "test/hub", uid, JobRef(uid=uid)), uid)
+
+    async def _send(self, event: Any, uid: str) -> None:
+        await publish_event(self.bus, self.topics.assignments(CLUSTER), uid, event)
+
+    def updates(self, uid: str) -> list[JobStatusUpdate]:
+        found = []
+        for record in self.bus.records(self.topics.status):
+            event = decode_event(record.headers, record.value)
+            if event.type == EventType.JOB_STATUS:
+                update = event.data_as(JobStatusUpdate)
+                if update.uid == uid:
+                    found.append(update)
+        return found
+
+    def phases(self, uid: str) -> list[JobPhase]:
+        return [u.phase for u in self.updates(uid)]
+
+    async def until(self, check: Callable[[], bool], timeout: float = 10.0) -> None:
+        async with asyncio.timeout(timeout):
+            while True:
+                if check():
+                    return
+                await asyncio.sleep(0.02)
+
+    async def until_phase(self, uid: str, phase: JobPhase, timeout: float = 10.0) -> None:
+        await self.until(lambda: phase in self.phases(uid), timeout)
+
+    def committed(self) -> int:
+        group = f"{self.topics.prefix}-worker-{CLUSTER}"
+        return sum(self.bus.committed(group).values())
+
+
+@asynccontextmanager
+async def running(backend: Backend) -> AsyncIterator[Harness]:
+    bus, topics, registry = MemoryBus(), Topics(), CollectorRegistry()
+    await bus.start()
+    config = WorkerConfig(cluster=CLUSTER, heartbeat_interval=0.2)
+    worker = Worker(bus, backend, config, topics, registry=registry)
+    await worker.start()
+    try:
+        yield Harness(bus, topics, worker, registry)
+    finally:
+        await worker.stop()
+        await bus.close()
+
+
+def sim(capacity: str = "cpu=4,memory=8Gi") -> SimBackend:
+    return SimBackend(parse_cluster_spec(f"{CLUSTER}:{capacity}").pool())
+
+
+def jax(name: str, workers: int = 2, **kwargs: Any) -> dict[str, Any]:
+    run_policy = kwargs.pop("run_policy", None)
+    return job_document(
+        "JAXJob", name, {"Worker": replica(workers, **kwargs)}, run_policy=run_policy
+    )
+
+
+# -- activeDeadlineSeconds ------------------------------------------------------------------
+
+
+async def test_active_deadline_fires_on_time_and_stops_the_pods() -> None:
+    backend = sim()
+    async with running(backend) as h:
+        started = time.monotonic()
+        uid = await h.assign(jax("late", duration="30s", run_policy={"activeDeadlineSeconds": 1}))
+        await h.until_phase(uid, JobPhase.FAILED, timeout=5)
+        elapsed = time.monotonic() - started
+        assert 0.9 <= elapsed < 3.0, elapsed
+        final = h.updates(uid)[-1]
+        assert final.reason == "JAXJobDeadlineExceeded"
+        assert "active longer than specified deadline" in (final.message or "")
+        assert final.status is not None and final.status.completionTime is not None
+        assert await backend.job_uids() == set()  # running pods stop, cleanPodPolicy or not
+        assert h.worker.runs[uid].phase == JobPhase.FAILED
+
+
+async def test_deadline_timer_goes_when_the_job_finishes_first() -> None:
+    async with running(sim()) as h:
+        uid = await h.assign(jax("quick", duration="0.1s", run_policy={"activeDeadlineSeconds": 1}))
+        await h.until_phase(uid, JobPhase.SUCCEEDED)
+        assert h.worker._timers == {}
+        await asyncio.sleep(1.2)
+        assert h.phases(uid)[-1] == JobPhase.SUCCEEDED
+
+
+async def test_resume_restarts_the_deadline_from_the_new_start_time() -> None:
+    async with running(sim()) as h:
+        policy = {"activeDeadlineSeconds": 2}
+        uid = await h.assign(jax("paused", duration="30s", run_policy=policy))
+        await h.until_phase(uid, JobPhase.RUNNING)
+        await asyncio.sleep(1.0)
+        await h.request(EventType.JOB_SUSPENDED, uid)
+        await h.until_phase(uid, JobPhase.SUSPENDED)
+        await asyncio.sleep(1.5)  # past the first deadline: suspended, nothing fires
+        assert JobPhase.FAILED not in h.phases(uid)
+        resumed = time.monotonic()
+        await h.request(EventType.JOB_RESUMED, uid)
+        await h.until_phase(uid, JobPhase.FAILED, timeout=5)
+        assert 1.8 <= time.monotonic() - resumed < 4.0
+        assert h.updates(uid)[-1].reason == "JAXJobDeadlineExceeded"
+
+
+# -- ttlSecondsAfterFinished ----------------------------------------------------------------
+
+
+async def test_ttl_deletes_the_jobs_objects_and_forgets_the_run() -> None:
+    backend = sim()
+    async with running(backend) as h:
+        uid = await h.assign(
+            jax("brief", duration="0.1s", run_policy={"ttlSecondsAfterFinished": 1})
+        )
+        await h.until_phase(uid, JobPhase.SUCCEEDED)
+        finished_at = time.monotonic()
+        assert uid in await backend.job_uids()  # cleanPodPolicy None keeps the pods
+        published = len(h.updates(uid))
+        await h.until(lambda: uid not in h.worker.runs, timeout=5)
+        assert 0.8 <= time.monotonic() - finished_at < 3.0
+        assert await backend.job_uids() == set()
+        await asyncio.sleep(0.3)
+        assert len(h.updates(uid)) == published  # nothing new: the hub keeps the final status
+
+
+async def test_ttl_zero_deletes_at_once() -> None:
+    backend = sim()
+    async with running(backend) as h:
+        policy = {"ttlSecondsAfterFinished": 0}
+        uid = await h.assign(jax("gone", duration="0.1s", run_policy=policy))
+        await h.until_phase(uid, JobPhase.SUCCEEDED)
+        await h.until(lambda: uid not in h.worker.runs, timeout=1)
+        assert await backend.job_uids() == set()
+
+
+# -- suspend and resume ---------------------------------------------------------------------
+
+
+async def test_suspend_deletes_pods_and_resume_runs_them_again() -> None:
+    backend = sim("cpu=2,memory=8Gi")
+    async with running(backend) as h:
+        uid = await h.assign(jax("pause", workers=2, cpu="1", duration="1s"))
+        await h.until_phase(uid, JobPhase.RUNNING)
+        first_start = h.updates(uid)[-1].status.startTime  # type: ignore[union-attr]
+        await h.request(EventType.JOB_SUSPENDED, uid)
+        await h.until_phase(uid, JobPhase.SUSPENDED)
+        suspended = h.updates(uid)[-1]
+        assert suspended.reason == "JAXJobSuspended"
+        assert suspended.status is not None
+        assert suspended.status.replicaStatuses["Worker"].active == 0
+        running_condition = suspended.status.condition("Running")
+        assert running_condition is not None and running_condition.status == "False"
+        assert await backend.job_uids() == set()
+        snapshot = await h.worker.heartbeat()
+        assert snapshot.free("cpu") == 2  # the capacity is free while suspended
+        await asyncio.sleep(1.2)  # the pods would have finished by now: they are gone
+        assert h.phases(uid)[-1] == JobPhase.SUSPENDED
+
+        await h.request(EventType.JOB_RESUMED, uid)
+        await h.until_phase(uid, JobPhase.SUCCEEDED, timeout=10)
+        updates = h.updates(uid)
+        resumed = next(u for u in updates if u.reason == "JAXJobResumed")
+        assert resumed.phase == JobPhase.CREATED
+        after = [u.phase for u in updates[updates.index(resumed) :]]
+        assert after == [JobPhase.CREATED, JobPhase.RUNNING, JobPhase.SUCCEEDED]
+        final = updates[-1].status
+        assert final is not None and final.startTime is not None and first_start is not None
+        assert final.startTime > first_start
+        assert final.replicaStatuses["Worker"].succeeded == 2
+        suspended_condition = final.condition("Suspended")
+        assert suspended_condition is not None and suspended_condition.status == "False"
+
+
+async def test_a_job_assigned_suspended_waits_for_resume() -> None:
+    backend = sim()
+    async with running(backend) as h:
+        uid = await h.assign(jax("held", duration="0.1s", run_policy={"suspend": True}))
+        await h.until_phase(uid, JobPhase.SUSPENDED)
+        assert h.phases(uid) == [JobPhase.CREATED, JobPhase.SUSPENDED]
+        await asyncio.sleep(0.3)
+        assert await backend.job_uids() == set()
+        await h.request(EventType.JOB_RESUMED, uid)
+        await h.until_phase(uid, JobPhase.SUCCEEDED)
+
+
+async def test_suspend_and_resume_for_unknown_jobs_are_committed_past() -> None:
+    async with running(sim()) as h:
+        await h.request(EventType.JOB_SUSPENDED, "nobody")
+        await h.request(EventType.JOB_RESUMED, "nobody")
+        await h.until(lambda: h.committed() == 2)
+        assert h.worker.crashed is not None and not h.worker.crashed.done()
+
+
+# -- the scheduler's word -------------------------------------------------------------------
+
+
+async def test_unschedulable_pods_are_reported_once_with_the_schedulers_message() -> None:
+    async with running(sim("cpu=1,memory=8Gi")) as h:
+        uid = await h.assign(jax("huge", workers=1, cpu="2"))
+        await h.until(lambda: any(u.reason == "Unschedulable" for u in h.updates(uid)))
+        await asyncio.sleep(0.5)  # heartbeats and other pods come and go: still one report
+        told = [u for u in h.updates(uid) if u.reason == "Unschedulable"]
+        assert len(told) == 1
+        assert told[0].phase == JobPhase.CREATED
+        assert told[0].message == "Unschedulable: 0/1 nodes are available: 1 Insufficient cpu."
+        run = h.worker.runs[uid]
+        assert run.pending_reason == told[0].message
+        assert run.unschedulable_since is not None and run.unschedulable_since <= time.time()
+
+
+# -- refused objects ------------------------------------------------------------------------
+
+
+class Forbidden(BackendError):
+    pass
+
+
+class Unreachable(BackendError):
+    transient = True
+
+
+class RefusingSim(SimBackend):
+    """Refuses to create the pods whose names end in `refuse`."""
+
+    def __init__(self, refuse: str, error: type[BackendError]) -> None:
+        super().__init__(parse_cluster_spec(f"{CLUSTER}:cpu=4,memory=8Gi").pool())
+        self.refuse = refuse
+        self.error = error
+
+    async def create_pod(self, job_uid: str, pod: PodPlan) -> None:
+        if pod.name.endswith(self.refuse):
+            raise self.error(f'pods "{pod.name}" is forbidden: User "w" cannot create pods')
+        await super().create_pod(job_uid, pod)
+
+
+async def test_a_refused_pod_fails_the_job_and_the_worker_goes_on() -> None:
+    backend = RefusingSim("-1", Forbidden)
+    async with running(backend) as h:
+        uid = await h.assign(jax("refused", workers=2, duration="5s"))
+        await h.until_phase(uid, JobPhase.FAILED)
+        final = h.updates(uid)[-1]
+        assert final.reason == "JAXJobFailed"
+        assert final.message is not None
+        assert "cannot run on c" in final.message and "is forbidden" in final.message
+        assert await backend.job_uids() == set()  # worker-0 was created, then deleted
+        assert h.committed() == 1
+        assert h.worker.crashed is not None and not h.worker.crashed.done()
+
+        after = await h.assign(jax("after", workers=1, duration="0.1s"))
+        await h.until_phase(after, JobPhase.SUCCEEDED)
+
+
+async def test_a_transient_refusal_leaves_the_assignment_uncommitted() -> None:
+    backend = RefusingSim("-0", Unreachable)
+    async with running(backend) as h:
+        await h.assign(jax("later", workers=1))
+        crashed = h.worker.crashed
+        assert crashed is not None
+        assert isinstance(await asyncio.wait_for(crashed, 5), Unreachable)
+        assert h.committed() == 0
+
+
+# -- the calls a backend sees ---------------------------------------------------------------
+
+
+class RecordingSim(SimBackend):
+    def __init__(self, delay: float = 0.0) -> None:
+        super().__init__(parse_cluster_spec(f"{CLUSTER}:cpu=8,memory=16Gi").pool())
+        self.calls: list[tuple[str, str]] = []
+        self.delay = delay
+
+    async def create_config_map(self, job_uid: str, config_map: ConfigMapPlan) -> None:
+        self.calls.append(("config_map", config_map.name))
+
+    async def create_service(self, job_uid: str, service: ServicePlan) -> None:
+        self.calls.append(("service", service.name))
+        await super().create_service(job_uid, service)
+
+    async def create_pod(self, job_uid: str, pod: PodPlan) -> None:
+        self.calls.append(("pod", pod.name))
+        await asyncio.sleep(self.delay)
+        await super().create_pod(job_uid, pod)
+
+    async def delete_pod(self, job_uid: str, name: str, namespace: str) -> None:
+        self.calls.append(("delete", name))
+        await super().delete_pod(job_uid, name, namespace)
+
+
+async def test_config_maps_come_before_the_pods() -> None:
+    backend = RecordingSim()
+    async with running(backend) as h:
+        document = job_document(
+            "MPIJob", "mpi", {"Launcher": replica(1, duration="0.1s"), "Worker": replica(2)}
+        )
+        uid = await h.assign(document)
+        await h.until_phase(uid, JobPhase.SUCCEEDED)
+        assert backend.calls[:4] == [
+            ("config_map", "mpi-config"),
+            ("pod", "mpi-launcher"),
+            ("pod", "mpi-worker-0"),
+            ("pod", "mpi-worker-1"),
+        ]
+
+
+async def test_a_restarted_pod_gets_its_service_back_under_the_same_name() -> None:
+    backend = RecordingSim()
+    async with running(backend) as h:
+        document = job_document(
+            "PyTorchJob",
+            "torch",
+            {
+                "Master": replica(1, duration="5s"),
+                "Worker": replica(1, restart_policy="ExitCode", exit_code=137, duration="0.1s"),
+            },
+            run_policy={"backoffLimit": 1},
+        )
+        uid = await h.assign(document)
+        await h.until_phase(uid, JobPhase.FAILED)
+        worker = [c for c in backend.calls if c[1] == "torch-worker-0"]
+        assert worker == [
+            ("service", "torch-worker-0"),
+            ("pod", "torch-worker-0"),
+            ("delete", "torch-worker-0"),  # the restart: deleted, then made again
+            ("service", "torch-worker-0"),
+            ("pod", "torch-worker-0"),
+        ]  # it failed again: kept for its logs (cleanPodPolicy None)
+        # The backoff limit stops the job: the master, still running, goes.
+        assert backend.calls[-1] == ("delete", "torch-master-0")
+        assert h.updates(uid)[-1].reason == "PyTorchJobBackoffLimitExceeded"
+        restarts = h.registry.get_sample_value(
+            "trainhub_worker_pod_restarts_total", {"cluster": CLUSTER}
+        )
+        assert restarts == 1
+
+
+@pytest.mark.parametrize("restart_policy", ["OnFailure", "Always", "ExitCode"])
+async def test_every_restart_policy_counts_against_the_backoff_limit(restart_policy: str) -> None:
+    async with running(sim()) as h:
+        document = jax(
+            f"retry-{restart_policy.lower()}",
+            workers=1,
+            restart_policy=restart_policy,
+            exit_code=137,
+            duration="0.05s",
+            run_policy={"backoffLimit": 3},
+        )
+        uid = await h.assign(document)
+        await h.until_phase(uid, JobPhase.FAILED)
+        assert h.phases(uid).count(JobPhase.RESTARTING) == 3
+        assert h.worker.runs[uid].restarts == 4
+
+
+async def test_stop_lets_the_assignment_in_hand_finish_and_commit() -> None:
+    backend = RecordingSim(delay=0.3)
+    bus, topics = MemoryBus(), Topics()
+    await bus.start()
+    worker = Worker(bus, backend, WorkerConfig(cluster=CLUSTER, heartbeat_interval=0.2), topics)
+    await worker.start()
+    h = Harness(bus, topics, worker, CollectorRegistry())
+    try:
+        await h.assign(jax("slow", workers=3, duration="10s"))
+        await h.until(lambda: ("pod", "slow-worker-0") in backend.calls)
+        await worker.stop()
+        assert [c for c in backend.calls if c[0] == "pod"] == [
+            ("pod", "slow-worker-0"),
+            ("pod", "slow-worker-1"),
+            ("pod", "slow-worker-2"),
+        ]
+        assert h.committed() == 1
+    finally:
+        await bus.close()

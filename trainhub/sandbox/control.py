@@ -1,0 +1,130 @@
+"""`trainhub sandbox up|status|down`: a local Kafka broker and member clusters that outlive
+the command, found again through a state file and stopped by PID."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trainhub.sandbox.errors import SandboxError
+from trainhub.sandbox.kafka_broker import default_cache_dir, start_kafka, stop_kafka
+from trainhub.sandbox.kube_cluster import (
+    ClusterSpec,
+    load_state,
+    start_member_clusters,
+    stop_member_clusters,
+    write_state,
+)
+
+STATE = "sandbox.json"
+SCRAM_USER = "trainhub"
+
+
+def sandbox_dir() -> Path:
+    """Where the running sandbox keeps its data and state (`TRAINHUB_SANDBOX_DIR`)."""
+    configured = os.environ.get("TRAINHUB_SANDBOX_DIR")
+    return Path(configured) if configured else default_cache_dir() / "run"
+
+
+@dataclass(frozen=True)
+class SandboxState:
+    kafka: dict[str, Any]
+    clusters: list[dict[str, Any]]
+
+    def public(self) -> dict[str, Any]:
+        """What `trainhub sandbox status -o json` prints."""
+        return {"kafka": self.kafka, "clusters": self.clusters}
+
+
+def read_state(root: Path | None = None) -> SandboxState | None:
+    path = (root or sandbox_dir()) / STATE
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    return SandboxState(kafka=data["kafka"], clusters=data["clusters"])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def cluster_specs(count: int, clusters_file: Path | None) -> list[ClusterSpec]:
+    if clusters_file is not None:
+        data = yaml.safe_load(clusters_file.read_text()) or {}
+        return [ClusterSpec.from_mapping(c) for c in data.get("clusters", [])]
+    return [ClusterSpec(name=f"cluster-{i + 1}") for i in range(count)]
+
+
+def sandbox_up(count: int = 0, clusters_file: Path | None = None) -> SandboxState:
+    """Start the broker (with a SCRAM user) and `count` member clusters; refuse if running."""
+    root = sandbox_dir()
+    existing = read_state(root)
+    if existing is not None and _alive(int(existing.kafka["pid"])):
+        raise SandboxError(
+            f"a sandbox is already running (state in {root}); run `trainhub sandbox down`"
+        )
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    password = os.urandom(12).hex()
+    broker = start_kafka(root / "kafka", scram_users={SCRAM_USER: password})
+    kafka = {
+        "bootstrap": broker.bootstrap,
+        "pid": broker.pid,
+        "log": str(broker.log_path),
+        "sasl_bootstrap": broker.sasl_bootstrap,
+        "sasl_username": SCRAM_USER,
+        "sasl_password": password,
+    }
+    clusters: list[dict[str, Any]] = []
+    specs = cluster_specs(count, clusters_file)
+    if specs:
+        try:
+            kube = start_member_clusters(specs, root / "kube")
+        except Exception:
+            stop_kafka(broker)
+            raise
+        write_state(kube)
+        for cluster in kube.clusters.values():
+            clusters.append(
+                {
+                    "name": cluster.name,
+                    "kubeconfig": str(cluster.admin_kubeconfig),
+                    "context": cluster.admin_context,
+                    "workerKubeconfig": str(cluster.worker_kubeconfig),
+                    "workerContext": cluster.worker_context,
+                    "namespaces": list(cluster.worker_namespaces),
+                }
+            )
+    state = SandboxState(kafka=kafka, clusters=clusters)
+    (root / STATE).write_text(json.dumps({"kafka": kafka, "clusters": clusters}, indent=2) + "\n")
+    return state
+
+
+def sandbox_down() -> list[str]:
+    """Stop everything the sandbox started, by PID; returns what was stopped."""
+    root = sandbox_dir()
+    state = read_state(root)
+    stopped: list[str] = []
+    if (root / "kube" / "state.json").exists():
+        stop_member_clusters(load_state(root / "kube"))
+        stopped.append("member clusters")
+    if state is not None:
+        pid = int(state.kafka["pid"])
+        if _alive(pid):
+            stop_kafka(pid)
+            stopped.append(f"kafka (pid {pid})")
+        (root / STATE).unlink()
+    return stopped
