@@ -253,6 +253,8 @@ class KafkaSubscription(Subscription):
             # A topic created moments ago may be missing from the first metadata; do not
             # wait the default five minutes for the next refresh.
             metadata_max_age_ms=5_000,
+            # Followers of the status topic want answers in tenths of a second, not half one.
+            fetch_max_wait_ms=100,
         )
         try:
             async for attempt in _retrying(self._bus.settings):

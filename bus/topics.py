@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from bus.base import TopicSpec
 
 _WEEK_MS = 7 * 24 * 3600 * 1000
+_DAY_MS = 24 * 3600 * 1000
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,11 @@ class Topics:
     def dead_letters(self) -> str:
         return f"{self.prefix}.deadletter"
 
+    @property
+    def logs(self) -> str:
+        """Workers' answers to log requests, keyed by request id."""
+        return f"{self.prefix}.logs"
+
     def assignments(self, cluster: str) -> str:
         return f"{self.prefix}.assignments.{cluster}"
 
@@ -54,6 +60,13 @@ class Topics:
             # Compacted: the newest heartbeat of each cluster is all a restarted hub needs.
             self._spec(self.clusters, compacted=True, partitions=1),
             self._spec(self.dead_letters, partitions=1),
+            # Answers are read within seconds of being written; a day is plenty.
+            TopicSpec(
+                name=self.logs,
+                partitions=self.partitions,
+                replication=self.replication,
+                retention_ms=_DAY_MS,
+            ),
         ]
 
     def assignment_spec(self, cluster: str) -> TopicSpec:

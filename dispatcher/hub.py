@@ -84,6 +84,7 @@ class Hub:
         self._consumers: list[EventConsumer] = []
         self._replaying = False
         self._lost: set[str] = set()
+        self.metrics.track(self)
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -102,6 +103,12 @@ class Hub:
         for consumer in self._consumers:
             self._tasks.spawn(consumer.run(), "consume")
         self._tasks.spawn(self._schedule_loop(), "schedule")
+        lag = {
+            self.topics.status: status.subscription,
+            self.topics.clusters: clusters.subscription,
+            self.topics.jobs: jobs.subscription,
+        }
+        self._tasks.spawn(self.metrics.lag_sampler(lag).run(), "lag")
         log.info("hub started", extra={"topic": self.topics.prefix})
 
     async def _rebuild(self, status: EventConsumer, clusters: EventConsumer) -> None:
@@ -215,9 +222,11 @@ class Hub:
                 submission=event.id,
             )
             return
-        await self._admit(job, event.id)
+        # A new run of a deleted job keeps counting attempts, so that no worker mistakes its
+        # assignment for a redelivery of the old run's.
+        await self._admit(job, event.id, previous_attempts=known.attempt if known else 0)
 
-    async def _admit(self, job: AnyJob, submission: str) -> None:
+    async def _admit(self, job: AnyJob, submission: str, previous_attempts: int = 0) -> None:
         if not job.run_policy.managed_by_trainhub:
             manager = job.run_policy.managedBy or "kubeflow.org/training-operator (unset)"
             record = JobRecord.of(job, JobPhase.SKIPPED)
@@ -232,7 +241,9 @@ class Hub:
         held = bool(job.run_policy.suspend)
         record = JobRecord.of(job, JobPhase.SUSPENDED if held else JobPhase.QUEUED)
         record.submission = submission
+        record.attempt = previous_attempts
         self.ledger.put(record)
+        self.metrics.training_operator.created(record)
         await self._publish_status(
             record,
             reason="Suspended" if held else "Queued",
@@ -247,10 +258,12 @@ class Hub:
         record = self.ledger.get(ref.uid)
         if record is None or record.phase == JobPhase.DELETED:
             return
-        if record.phase in _PLACED and record.cluster:
+        if record.cluster:
+            # Finished jobs too: their pods may still be there (cleanPodPolicy None).
             await self._revoke(record, "job deleted by its owner")
         self.reservations.release(record.uid)
         record.phase = JobPhase.DELETED
+        self.metrics.training_operator.deleted(record)
         await self._publish_status(record, reason="Deleted", message="job deleted")
         self._wake.set()
 
@@ -363,6 +376,8 @@ class Hub:
         if update.sequence <= job.sequence or job.phase.finished:
             return
         job.sequence = update.sequence
+        if not self._replaying:
+            self.metrics.training_operator.phase_changed(job, update.phase)
         job.phase = update.phase
         job.status = update.status
         job.reason, job.message = update.reason, update.message
@@ -435,18 +450,7 @@ class Hub:
         if not self.clusters.update(snapshot):
             return
         self.reservations.reconcile(snapshot)
-        self._export_cluster(snapshot)
         self._wake.set()
-
-    def _export_cluster(self, snapshot: ClusterSnapshot) -> None:
-        resources = {r for n in snapshot.nodes for r in n.allocatable}
-        for resource in resources:
-            free = snapshot.free(resource) - self.reservations.total(snapshot.name, resource)
-            self.metrics.cluster_free.labels(snapshot.name, resource).set(float(free))
-            self.metrics.cluster_total.labels(snapshot.name, resource).set(
-                float(snapshot.total(resource))
-            )
-        self.metrics.reservations.labels(snapshot.name).set(self.reservations.count(snapshot.name))
 
     # -- placement ------------------------------------------------------------------------
 
@@ -461,7 +465,6 @@ class Hub:
             await self._check_clusters()
             await self.schedule_pending()
             await self.bus.flush()
-            self._export_jobs()
 
     def plan(self, job: AnyJob, excluded: frozenset[str] = frozenset()) -> Placement:
         return plan_placement(
@@ -588,9 +591,3 @@ class Hub:
         )
         event = make_event(EventType.JOB_STATUS, self.config.source, record.uid, update)
         await publish_event(self.bus, self.topics.status, record.uid, event, wait=False)
-
-    def _export_jobs(self) -> None:
-        self.metrics.jobs.clear()
-        for (phase, framework), count in self.ledger.counts().items():
-            self.metrics.jobs.labels(phase, framework).set(count)
-        self.metrics.queue_length.set(len(self.ledger.in_phase(JobPhase.QUEUED)))

@@ -26,6 +26,8 @@ class EventType:
     JOB_HANDED_BACK = "io.trainhub.job.handedback"
     JOB_STATUS = "io.trainhub.job.status"
     CLUSTER_HEARTBEAT = "io.trainhub.cluster.heartbeat"
+    LOGS_REQUESTED = "io.trainhub.logs.requested"
+    LOGS_CHUNK = "io.trainhub.logs.chunk"
 
 
 class CloudEvent(BaseModel):
@@ -127,3 +129,33 @@ class JobStatusUpdate(_Payload):
     """Id of the `job.submitted` event this run came from (dedupes redelivered submissions)."""
     job: dict[str, Any] | None = None
     """The job document, on the hub's first `Queued` update: a restarted hub rebuilds from it."""
+
+
+class LogsRequested(_Payload):
+    """Asks the worker of the job's cluster for its pods' logs (on that cluster's assignments
+    topic); the answer comes as `LogsChunk` events on the logs topic, keyed by `request_id`."""
+
+    request_id: str = Field(min_length=1, max_length=128)
+    uid: str = Field(min_length=1, max_length=128)
+    pod: str | None = Field(default=None, max_length=253)
+    """One pod of the job, or None for all of them."""
+    tail_lines: int | None = Field(default=None, ge=0)
+    """Only the last lines of what each pod wrote so far; None for everything."""
+    follow: bool = False
+    """Keep sending new text until the job finishes or the deadline passes."""
+    deadline: datetime
+    """Nothing is sent after it, and a request first seen after it is dropped."""
+
+
+class LogsChunk(_Payload):
+    """A piece of one pod's log; `seq` counts from 0 per request, `final` ends the answer."""
+
+    request_id: str = Field(min_length=1, max_length=128)
+    uid: str
+    cluster: str
+    seq: int = Field(ge=0)
+    pod: str | None = None
+    text: str = ""
+    final: bool = False
+    error: str | None = None
+    """Why the request could not be answered (only on the final chunk)."""

@@ -1,0 +1,28 @@
+"""trainhub: dispatch Kubeflow training jobs across Kubernetes clusters over an event bus.
+
+`TrainHubClient` (blocking) and `AsyncTrainHubClient` are the Python SDK."""
+
+from trainhub.sdk import AsyncTrainHubClient, TrainHubClient
+from trainhub.sdk_errors import (
+    JobExistsError,
+    JobFailedError,
+    JobNotFoundError,
+    JobTimeoutError,
+    LogsUnavailableError,
+    TrainHubError,
+)
+from trainhub.sdk_stream import StatusEvent
+from trainhub.sdk_view import TrainHubJob
+
+__all__ = [
+    "AsyncTrainHubClient",
+    "JobExistsError",
+    "JobFailedError",
+    "JobNotFoundError",
+    "JobTimeoutError",
+    "LogsUnavailableError",
+    "StatusEvent",
+    "TrainHubClient",
+    "TrainHubError",
+    "TrainHubJob",
+]

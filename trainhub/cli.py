@@ -26,6 +26,7 @@ from schemas.job_parsing import load_documents, load_job_file, parse_job
 from schemas.kubeflow import derive_job_uid
 from schemas.status import JobPhase
 from trainhub.bus_factory import make_bus
+from trainhub.cli_jobs import register as register_job_commands
 from trainhub.cli_settings import with_settings
 from trainhub.console_view import StatusPrinter, decision_table
 from trainhub.embedded import Embedded, EmbeddedOptions, make_worker_backend
@@ -404,6 +405,7 @@ def _require_bootstrap(settings: TrainhubSettings) -> None:
 
 sandbox_app = typer.Typer(help="A local Kafka broker and Kubernetes member clusters for demos.")
 app.add_typer(sandbox_app, name="sandbox")
+register_job_commands(app)
 
 
 @sandbox_app.command("up")

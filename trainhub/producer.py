@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 from bus.base import Bus
 from bus.events import publish_event
 from bus.topics import Topics
+from schemas.cluster import ClusterSnapshot
 from schemas.codec import decode_event
 from schemas.errors import EventDecodeError
-from schemas.events import EventType, JobRef, JobStatusUpdate, JobSubmitted, make_event
+from schemas.events import (
+    EventType,
+    JobRef,
+    JobStatusUpdate,
+    JobSubmitted,
+    LogsChunk,
+    LogsRequested,
+    make_event,
+)
 from schemas.job_parsing import job_uid_of
 
 SOURCE = "trainhub/producer"
@@ -99,5 +110,96 @@ async def latest_status(bus: Bus, topics: Topics, uids: set[str]) -> JobStatusUp
                     latest = event.data_as(JobStatusUpdate)
             if await subscription.lag() == 0:
                 return latest
+    finally:
+        await subscription.stop()
+
+
+class LogsUnanswered(TimeoutError):
+    """No worker answered a log request in time."""
+
+
+LOG_ANSWER_TIMEOUT = 30.0
+"""Seconds to wait for a worker's first answer to a log request."""
+_LOG_LATE_GRACE = 30.0
+"""How long after a request's deadline its final chunk may still arrive."""
+
+
+async def request_logs(
+    bus: Bus,
+    topics: Topics,
+    cluster: str,
+    request: LogsRequested,
+    *,
+    answer_timeout: float = LOG_ANSWER_TIMEOUT,
+) -> AsyncIterator[LogsChunk]:
+    """Ask the worker of `cluster` for a job's logs and yield its answer, chunk by chunk, in
+    order and without duplicates, up to and including the final chunk."""
+    key = request.request_id.encode()
+    subscription = bus.subscribe([topics.logs], group=None, start_from="latest")
+    await subscription.start()
+    try:
+        # lag() makes the consumer resolve its start (the end of the topic) now, before the
+        # request leaves, so no part of the answer can fall before it.
+        await subscription.lag()
+        event = make_event(EventType.LOGS_REQUESTED, SOURCE, request.uid, request)
+        await publish_event(bus, topics.assignments(cluster), request.uid, event)
+        loop = asyncio.get_running_loop()
+        first_by = loop.time() + answer_timeout
+        last_by = (
+            loop.time()
+            + max(0.0, (request.deadline - datetime.now(UTC)).total_seconds())
+            + _LOG_LATE_GRACE
+        )
+        next_seq = 0
+        while True:
+            for record in await subscription.poll(timeout=0.5):
+                if record.key != key:
+                    continue
+                try:
+                    decoded = decode_event(record.headers, record.value)
+                except EventDecodeError:
+                    continue
+                if decoded.type != EventType.LOGS_CHUNK:
+                    continue
+                chunk = decoded.data_as(LogsChunk)
+                if chunk.seq < next_seq:
+                    continue  # a redelivered request answered twice
+                next_seq = chunk.seq + 1
+                yield chunk
+                if chunk.final:
+                    return
+            now = loop.time()
+            if next_seq == 0 and now > first_by:
+                raise LogsUnanswered(
+                    f"the worker of cluster {cluster} did not answer the log request within "
+                    f"{answer_timeout:g}s (is it running?)"
+                )
+            if now > last_by:
+                raise LogsUnanswered(f"the worker of cluster {cluster} never ended its answer")
+    finally:
+        await subscription.stop()
+
+
+async def read_clusters(bus: Bus, topics: Topics) -> dict[str, ClusterSnapshot]:
+    """The newest heartbeat of every cluster on the clusters topic (read to its end)."""
+    subscription = bus.subscribe([topics.clusters], group=None, start_from="earliest")
+    await subscription.start()
+    clusters: dict[str, ClusterSnapshot] = {}
+    try:
+        while True:
+            for record in await subscription.poll(timeout=0.2):
+                try:
+                    event = decode_event(record.headers, record.value)
+                except EventDecodeError:
+                    continue
+                if event.type != EventType.CLUSTER_HEARTBEAT:
+                    continue
+                # One partition, in the order written: the last heartbeat is the newest.
+                snapshot = event.data_as(ClusterSnapshot)
+                if snapshot.observedAt is None:
+                    snapshot = snapshot.model_copy(update={"observedAt": event.time})
+                clusters[snapshot.name] = snapshot
+            if await subscription.lag() == 0:
+                return clusters
     finally:
         await subscription.stop()

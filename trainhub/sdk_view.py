@@ -91,7 +91,10 @@ class TrainHubJob(BaseModel):
 
     def has_condition(self, ctype: str) -> bool:
         """The Kubeflow condition is True, or the phase says the same (before a worker
-        reported conditions, and for the hub's own final phases such as Rejected)."""
+        reported conditions, and for the hub's own final phases such as Rejected). A deleted
+        job has none: what it had is history."""
+        if self.phase == JobPhase.DELETED:
+            return False
         if self.status.is_true(ctype):
             return True
         return self.phase is not None and _PHASE_CONDITIONS.get(self.phase) == ctype

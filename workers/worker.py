@@ -27,11 +27,13 @@ from schemas.events import (
     JobRef,
     JobRevoked,
     JobStatusUpdate,
+    LogsRequested,
     make_event,
 )
 from schemas.job_parsing import parse_job
 from workers.backends.base import Backend, BackendError, PodObservation
 from workers.job_run import Decision, JobRun
+from workers.log_requests import LogRequests
 from workers.metrics import worker_metrics
 from workers.rendering import PodPlan, render_job
 
@@ -77,7 +79,11 @@ class Worker:
         self.config = config
         self.topics = topics or Topics()
         self.metrics = worker_metrics(registry or CollectorRegistry())
+        self.metrics.register_cluster(config.cluster)
         self.runs: dict[str, JobRun] = {}
+        self.log_requests = LogRequests(
+            bus, self.topics, backend, self.runs, cluster=config.cluster, source=config.source
+        )
         self._tasks = TaskOwner(f"worker-{config.cluster}")
         self._consumer: EventConsumer | None = None
         self._heartbeat_seq = 0
@@ -109,6 +115,8 @@ class Worker:
         await self._consumer.subscription.start()
         await self.heartbeat()
         self._tasks.spawn(self._consume(self._consumer), "assignments")
+        lag = {self.topics.assignments(self.cluster): self._consumer.subscription}
+        self._tasks.spawn(self.metrics.lag_sampler(lag).run(), "lag")
         self._tasks.spawn(self._observe_loop(), "observe")
         self._tasks.spawn(self._heartbeat_loop(), "heartbeat")
         self._tasks.spawn(self._unschedulable_loop(), "unschedulable")
@@ -127,6 +135,7 @@ class Worker:
         except TimeoutError:
             log.warning("stopping with an assignment still in hand", extra=self._extra())
         await self._tasks.cancel_all()
+        await self.log_requests.close()
         self._timers.clear()
         if self._consumer is not None:
             await self._consumer.subscription.stop()
@@ -162,6 +171,10 @@ class Worker:
     # -- assignments ----------------------------------------------------------------------
 
     async def _on_assignment_event(self, event: CloudEvent, record: Record) -> None:
+        if event.type == EventType.LOGS_REQUESTED:
+            # Answered in a task of its own: reading logs never holds up assignments.
+            self.log_requests.handle(event.data_as(LogsRequested))
+            return
         async with self._lock:
             if event.type == EventType.JOB_ASSIGNED:
                 await self._start_job(event.data_as(JobAssigned))

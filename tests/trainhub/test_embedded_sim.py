@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator
 
 import pytest
@@ -171,8 +172,35 @@ async def test_metrics_cover_jobs_latency_queue_and_capacity(system: Embedded) -
     await system.wait_finished([uid], timeout=20)
     await asyncio.sleep(1.2)  # one scheduling pass exports the job gauges
     text = generate_latest(system.registry).decode()
-    assert 'trainhub_hub_jobs{framework="jax",phase="Succeeded"} 1.0' in text
+    succeeded = r'trainhub_hub_jobs\{cluster="(east|west)",framework="jax",phase="Succeeded",'
+    assert re.search(succeeded + r'queue="default"\} 1\.0', text)
     assert "trainhub_placement_latency_seconds_count 1.0" in text
-    assert "trainhub_queue_length 0.0" in text
+    assert 'trainhub_queue_length{queue="default"} 0.0' in text
     assert 'trainhub_cluster_free{cluster="east",resource="cpu"}' in text
     assert 'trainhub_worker_cluster_free{cluster="west",resource="memory"}' in text
+
+
+async def test_deleted_job_can_run_again_under_the_same_name(system: Embedded) -> None:
+    from schemas.events import EventType
+    from trainhub.producer import request
+
+    doc = jax_job("again", workers=1, duration="0.2s")
+    uid = await system.submit(doc)
+    first = await system.wait_finished([uid], timeout=20)
+    assert first[uid].phase == JobPhase.SUCCEEDED
+    await request(system.bus, system.topics, EventType.JOB_DELETED, uid)
+    for _ in range(100):
+        record = system.hub.ledger.get(uid)
+        if record is not None and record.phase == JobPhase.DELETED:
+            break
+        await asyncio.sleep(0.05)
+    assert uid not in system.worker(first[uid].cluster or "").runs  # the revoke reached it
+    assert await system.submit(doc) == uid
+    phases: list[tuple[JobPhase, int]] = []
+    for _ in range(200):
+        record = system.hub.ledger.get(uid)
+        if record is not None and record.phase == JobPhase.SUCCEEDED and record.attempt == 2:
+            break
+        await asyncio.sleep(0.05)
+    record = system.hub.ledger.get(uid)
+    assert record is not None and (record.phase, record.attempt) == (JobPhase.SUCCEEDED, 2), phases

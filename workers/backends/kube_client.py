@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -27,6 +28,7 @@ from tenacity import (
 )
 
 from workers.backends.base import BackendError
+from workers.metrics import KUBE_API, KubeApiMetrics
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +182,7 @@ class KubeApi:
         cluster: str,
         identity: str = "this worker's identity",
         retry: RetryPolicy | None = None,
+        metrics: KubeApiMetrics | None = None,
     ) -> None:
         self.api_client = api_client
         self.core: Any = k8s.CoreV1Api(api_client)
@@ -193,6 +196,8 @@ class KubeApi:
         self.requests = 0
         """Requests sent, retries included (benchmarks report API requests per job)."""
         self.retries = 0
+        self.metrics = metrics or KUBE_API
+        self.metrics.retries.labels(cluster)  # from zero, so that increase() sees the first
 
     async def close(self) -> None:
         await self.api_client.close()
@@ -278,10 +283,13 @@ class KubeApi:
         """Send one request and return the open 2xx response (for streams); raise otherwise."""
         kwargs.setdefault("_request_timeout", self.retry.request_timeout)
         self.requests += 1
+        started = time.monotonic()
         try:
             response: aiohttp.ClientResponse = await method(*args, _preload_content=False, **kwargs)
         except CONNECTION_ERRORS as exc:
+            self._observe(verb, resource, "error", started)
             raise self._unavailable(verb, resource, namespace, exc) from exc
+        self._observe(verb, resource, str(response.status), started)
         if 200 <= response.status < 300:
             return response
         try:
@@ -300,6 +308,9 @@ class KubeApi:
             retry_after=response.headers.get("Retry-After"),
         )
 
+    def _observe(self, verb: str, resource: str, code: str, started: float) -> None:
+        self.metrics.observe(self.cluster, verb, resource, code, time.monotonic() - started)
+
     def _unavailable(
         self, verb: str, resource: str, namespace: str | None, exc: BaseException
     ) -> KubeUnavailable:
@@ -314,6 +325,7 @@ class KubeApi:
 
     def _before_sleep(self, state: RetryCallState) -> None:
         self.retries += 1
+        self.metrics.retries.labels(self.cluster).inc()
         error = state.outcome.exception() if state.outcome is not None else None
         wait = state.next_action.sleep if state.next_action is not None else 0.0
         log.warning(

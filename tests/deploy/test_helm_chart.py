@@ -1,0 +1,208 @@
+"""The Helm chart: `helm lint` and `helm template` with real helm, and what the rendered objects
+say checked against trainhub itself (the settings file loads as TrainhubSettings, the worker
+arguments parse as `trainhub worker` flags). The settings names are checked without helm."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+import yaml
+
+from tests.deploy.helm_chart import CHART, CI_VALUES, render, require_helm, run_helm
+from trainhub.cli import app
+from trainhub.settings import TrainhubSettings, load_settings
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    return require_helm()
+
+
+@pytest.fixture(scope="module")
+def objects(helm: Path) -> list[dict[str, Any]]:
+    return render(helm, CI_VALUES)
+
+
+def _one(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind} {name}: {[o['metadata']['name'] for o in objects]}"
+    return found[0]
+
+
+def _container(deployment: dict[str, Any]) -> dict[str, Any]:
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    container: dict[str, Any] = containers[0]
+    return container
+
+
+def test_the_values_use_the_settings_own_names() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert set(values["settings"]) <= set(TrainhubSettings.model_fields)
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    # Every setting but the password (a Secret's business) can be given, and nothing else.
+    named = set(schema["properties"]["settings"]["properties"])
+    assert named == set(TrainhubSettings.model_fields) - {"sasl_password"}
+
+
+def test_helm_lint_passes(helm: Path) -> None:
+    for args in (
+        ["--values", str(CI_VALUES)],
+        ["--set", "settings.bootstrap=kafka:9092"],
+    ):
+        done = run_helm(helm, "lint", "--strict", str(CHART), *args)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_everything_the_chart_makes(objects: list[dict[str, Any]]) -> None:
+    kinds = sorted((o["kind"], o["metadata"]["name"]) for o in objects)
+    assert kinds == [
+        ("ConfigMap", "trainhub-config"),
+        ("Deployment", "trainhub-hub"),
+        ("Deployment", "trainhub-worker-demo"),
+        ("Deployment", "trainhub-worker-east"),
+        ("Deployment", "trainhub-worker-west"),
+        ("Secret", "trainhub-kafka"),
+        ("Service", "trainhub-hub"),
+        ("Service", "trainhub-workers"),
+        ("ServiceAccount", "trainhub"),
+        ("ServiceMonitor", "trainhub"),
+    ]
+
+
+def test_the_settings_file_is_what_trainhub_reads(
+    objects: list[dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "trainhub.yaml"
+    config.write_text(_one(objects, "ConfigMap", "trainhub-config")["data"]["trainhub.yaml"])
+    hub = _container(_one(objects, "Deployment", "trainhub-hub"))
+    env = {e["name"]: e for e in hub["env"]}
+    assert env["TRAINHUB_CONFIG"]["value"] == f"/etc/trainhub/config/{config.name}"
+    password = env["TRAINHUB_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    secret = _one(objects, "Secret", password["name"])
+    monkeypatch.setenv("TRAINHUB_SASL_PASSWORD", secret["stringData"][password["key"]])
+
+    settings = load_settings(config)
+    assert settings.bootstrap == "kafka-0.kafka:9092,kafka-1.kafka:9092"
+    assert settings.topic_prefix == "ml-prod"
+    assert settings.security_protocol == "SASL_PLAINTEXT"
+    assert settings.kafka().sasl_password == "not-a-real-password"
+    assert "password" not in config.read_text()
+    ports = {p["name"]: p["containerPort"] for p in hub["ports"]}
+    assert ports == {"metrics": settings.metrics_port}
+
+
+def _parse_cli(args: list[str]) -> dict[str, Any]:
+    """The parameters `trainhub ARGS` would run with: parsed by the real CLI, not run."""
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.core.TyperGroup)
+    context = typer.Context(group, info_name="trainhub")
+    command = group.get_command(context, args[0])
+    assert command is not None, args[0]
+    return dict(command.make_context(args[0], list(args[1:]), parent=context).params)
+
+
+def test_the_workers_run_with_their_cluster_s_flags(objects: list[dict[str, Any]]) -> None:
+    east = _one(objects, "Deployment", "trainhub-worker-east")
+    container = _container(east)
+    assert container["command"] == ["trainhub"]
+    params = _parse_cli(container["args"])
+    assert params["cluster"] == "east"
+    assert params["backend"] == "kube"
+    assert str(params["kubeconfig"]) == "/etc/trainhub/kubeconfig/config"
+    assert params["context"] == "trainhub-worker@east"
+    assert list(params["namespace"]) == ["default", "team-a"]
+    assert sorted(params["label"]) == ["gpu=h100", "region=eu-west-1"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["kubeconfig"] == "/etc/trainhub/kubeconfig"
+    volumes = {v["name"]: v for v in east["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["kubeconfig"]["secret"] == {
+        "secretName": "east-kubeconfig",
+        "items": [{"key": "config", "path": "config"}],
+    }
+
+    west = _one(objects, "Deployment", "trainhub-worker-west")
+    params = _parse_cli(_container(west)["args"])
+    assert params["context"] is None  # the kubeconfig's current context
+    volumes = {v["name"]: v for v in west["spec"]["template"]["spec"]["volumes"]}
+    items = volumes["kubeconfig"]["secret"]["items"]
+    assert items == [{"key": "kubeconfig.yaml", "path": "config"}]
+    assert _container(west)["resources"]["requests"] == {"cpu": "200m", "memory": "512Mi"}
+
+    demo = _one(objects, "Deployment", "trainhub-worker-demo")
+    params = _parse_cli(_container(demo)["args"])
+    assert (params["backend"], params["capacity"]) == ("sim", "cpu=8,memory=16Gi,nodes=2")
+    assert "kubeconfig" not in {v["name"] for v in demo["spec"]["template"]["spec"]["volumes"]}
+
+    hub = _container(_one(objects, "Deployment", "trainhub-hub"))
+    assert hub["args"] == ["hub"]
+    # Everything else comes from the settings file: no flag overrides it.
+    assert all(value is None for value in _parse_cli(hub["args"]).values())
+
+
+def test_selectors_and_references_hold_together(objects: list[dict[str, Any]]) -> None:
+    deployments = [o for o in objects if o["kind"] == "Deployment"]
+    for deployment in deployments:
+        spec = deployment["spec"]
+        labels = spec["template"]["metadata"]["labels"]
+        assert spec["selector"]["matchLabels"].items() <= labels.items()
+        pod = spec["template"]["spec"]
+        assert pod["serviceAccountName"] == "trainhub"
+        volumes = {v["name"] for v in pod["volumes"]}
+        assert {m["name"] for m in _container(deployment)["volumeMounts"]} <= volumes
+    for service in (o for o in objects if o["kind"] == "Service"):
+        selected = [
+            d
+            for d in deployments
+            if service["spec"]["selector"].items()
+            <= d["spec"]["template"]["metadata"]["labels"].items()
+        ]
+        expected = 1 if service["metadata"]["name"].endswith("-hub") else 3
+        assert len(selected) == expected, service["metadata"]["name"]
+    monitor = _one(objects, "ServiceMonitor", "trainhub")
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    scraped = [
+        s
+        for s in objects
+        if s["kind"] == "Service"
+        and monitor["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()
+    ]
+    assert len(scraped) == 2
+    assert {e["port"] for e in monitor["spec"]["endpoints"]} == {"metrics"}
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (("settings.sasl_password=oops",), "sasl_password"),
+        (("workers[0].name=East_1", "workers[0].kubeconfigSecret=k"), "workers"),
+        (
+            (
+                *("workers[0].name=a", "workers[0].kubeconfigSecret=k"),
+                *("workers[1].name=a", "workers[1].kubeconfigSecret=k"),
+            ),
+            "appears twice",
+        ),
+        (("workers[0].name=a",), "kubeconfigSecret is required"),
+        (("workers[0].name=a", "workers[0].backend=sim"), "capacity is required"),
+    ],
+    ids=["password-in-configmap", "bad-name", "duplicate", "no-kubeconfig", "sim-no-capacity"],
+)
+def test_helm_refuses_values_that_cannot_work(
+    helm: Path, sets: tuple[str, ...], message: str
+) -> None:
+    args = ["template", "trainhub", str(CHART), "--set", "settings.bootstrap=kafka:9092"]
+    for item in sets:
+        args += ["--set", item]
+    done = run_helm(helm, *args)
+    assert done.returncode != 0
+    assert message in done.stderr
+
+
+def test_bootstrap_is_required(helm: Path) -> None:
+    done = run_helm(helm, "template", "trainhub", str(CHART))
+    assert done.returncode != 0 and "settings.bootstrap is required" in done.stderr

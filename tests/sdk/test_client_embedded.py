@@ -1,0 +1,208 @@
+"""The async SDK against the embedded runner (in-memory bus): job state from the status
+topic, waiting, control requests, the status stream and logs through the worker."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from schemas.status import JobPhase
+from tests.helpers import jax_job
+from trainhub import (
+    AsyncTrainHubClient,
+    JobExistsError,
+    JobFailedError,
+    JobNotFoundError,
+    JobTimeoutError,
+    LogsUnavailableError,
+)
+from trainhub.embedded import Embedded, EmbeddedOptions
+from trainhub.settings import TrainhubSettings
+from workers.cluster_spec import parse_cluster_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _options(backend: str, tmp_path: Path) -> EmbeddedOptions:
+    return EmbeddedOptions(
+        clusters=[parse_cluster_spec("solo:cpu=4,memory=8Gi")],
+        backend=backend,
+        heartbeat_interval=0.2,
+        logs_dir=tmp_path,
+        workdir=ROOT,
+    )
+
+
+@pytest.fixture
+async def sim(tmp_path: Path) -> AsyncIterator[AsyncTrainHubClient]:
+    async with Embedded(_options("sim", tmp_path)) as system:
+        async with AsyncTrainHubClient(settings=TrainhubSettings(), bus=system.bus) as client:
+            yield client
+
+
+@pytest.fixture
+async def local(tmp_path: Path) -> AsyncIterator[AsyncTrainHubClient]:
+    async with Embedded(_options("local", tmp_path)) as system:
+        async with AsyncTrainHubClient(settings=TrainhubSettings(), bus=system.bus) as client:
+            yield client
+
+
+async def test_job_state_waiting_and_listing(sim: AsyncTrainHubClient) -> None:
+    client = sim
+    uid = await client.create_job(jax_job("one", duration="0.3s"), queue="research")
+    assert (await client.get_job("one")).uid == uid
+    seen: list[JobPhase | None] = []
+    job = await client.wait_for_job_conditions(
+        "one", timeout=20, callback=lambda j: seen.append(j.phase)
+    )
+    assert job.phase == JobPhase.SUCCEEDED and job.cluster == "solo"
+    assert job.queue == "research" and job.kind == "JAXJob"
+    assert job.placement is not None and job.placement.chosen == "solo"
+    assert seen[-1] == JobPhase.SUCCEEDED
+    conditions = {c.type: c.status for c in await client.get_job_conditions("default/one")}
+    assert conditions == {"Created": "True", "Running": "False", "Succeeded": "True"}
+    assert await client.is_job_created("one") and await client.is_job_succeeded(uid)
+    assert not await client.is_job_running("one") and not await client.is_job_failed("one")
+    assert not await client.is_job_restarting("one")
+    assert [j.name for j in await client.list_jobs(queue="research")] == ["one"]
+    assert await client.list_jobs(queue="default") == []
+    assert await client.list_jobs(namespace="other") == []
+    phases = [e.phase for e in job.events]
+    assert phases[0] == JobPhase.QUEUED and phases[-1] == JobPhase.SUCCEEDED
+    with pytest.raises(JobExistsError, match="already exists"):
+        await client.create_job(jax_job("one"))
+    with pytest.raises(JobNotFoundError):
+        await client.get_job("nope")
+    await client.delete_job("one")
+    await _until(client, "one", JobPhase.DELETED)
+    with pytest.raises(JobFailedError, match="Deleted"):
+        await client.wait_for_job_conditions("one", timeout=10)
+    assert not await client.is_job_succeeded("one")
+    assert await client.list_jobs() == []
+
+
+async def _until(client: AsyncTrainHubClient, name: str, phase: JobPhase) -> None:
+    for _ in range(200):
+        if (await client.get_job(name)).phase == phase:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{name} never became {phase}")
+
+
+async def test_failure_timeout_suspend_and_resume(
+    sim: AsyncTrainHubClient,
+) -> None:
+    client = sim
+    await client.create_job(jax_job("bad", exit_code="3"))
+    with pytest.raises(JobFailedError, match="Failed") as failed:
+        await client.wait_for_job_conditions("bad", timeout=20)
+    assert failed.value.job.phase == JobPhase.FAILED
+    assert await client.is_job_failed("bad")
+    # Failed is what this caller waits for: no error then.
+    job = await client.wait_for_job_conditions("bad", expected_conditions={"Failed"}, timeout=5)
+    assert job.phase == JobPhase.FAILED
+
+    await client.create_job(jax_job("long", duration="30s"))
+    await client.wait_for_job_conditions("long", expected_conditions={"Running"}, timeout=20)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError) as timed_out:
+        await client.wait_for_job_conditions("long", timeout=0.5)
+    assert isinstance(timed_out.value, JobTimeoutError)
+    assert time.monotonic() - started < 3
+    await client.suspend_job("long")
+    await client.wait_for_job_conditions("long", expected_conditions={"Suspended"}, timeout=20)
+    assert (await client.get_job("long")).phase == JobPhase.SUSPENDED
+    await client.resume_job("long")
+    await client.wait_for_job_conditions("long", expected_conditions={"Running"}, timeout=20)
+    with pytest.raises(ValueError, match="expected_conditions"):
+        await client.wait_for_job_conditions("long", expected_conditions={"Done"})
+
+
+async def test_stream_resumes_exactly_after_the_positions_kept(
+    sim: AsyncTrainHubClient,
+) -> None:
+    client = sim
+    for name in ("s-a", "s-b"):
+        await client.create_job(jax_job(name, duration="0.2s"), queue="pipeline")
+    await client.create_job(jax_job("other", duration="0.2s"))
+    for name in ("s-a", "s-b", "other"):
+        await client.wait_for_job_conditions(name, timeout=20)
+    every = [e async for e in client.stream(queue="pipeline", follow=False)]
+    assert {e.update.name for e in every} == {"s-a", "s-b"}
+    assert sum(e.phase == JobPhase.SUCCEEDED for e in every) == 2
+    # A pipeline that handled the first four events and kept their positions, as JSON does.
+    positions: dict[str, int] = {}
+    for event in every[:4]:
+        positions[str(event.partition)] = event.offset
+    rest = [e async for e in client.stream(queue="pipeline", from_offset=positions, follow=False)]
+    handled = {e.position for e in every[:4]}
+    assert {e.position for e in rest} == {e.position for e in every} - handled
+    assert len(rest) == len(every) - 4
+    one = [e async for e in client.stream("s-b", follow=False)]
+    assert {e.update.name for e in one if not e.from_worker} == {"s-b"}
+    assert len({e.uid for e in one}) == 1 and one[-1].phase == JobPhase.SUCCEEDED
+    after = max(e.time for e in every)
+    late = [e async for e in client.stream(from_time=after.timestamp() + 1, follow=False)]
+    assert late == []
+
+
+async def _names_and_text(chunks: AsyncIterator[Any]) -> list[tuple[str, str]]:
+    return [(c.pod, c.text) async for c in chunks]
+
+
+def printer(lines: int, pause: float = 0.0, fail: bool = False) -> None:
+    import time
+
+    for i in range(lines):
+        print(f"line {i}")
+        time.sleep(pause)
+    if fail:
+        raise SystemExit(7)
+
+
+async def test_logs_come_from_the_worker_running_the_job(
+    local: AsyncTrainHubClient,
+) -> None:
+    client = local
+    await client.create_job(
+        train_func=printer,
+        name="talk",
+        parameters={"lines": 5},
+        resources_per_worker={"cpu": "500m", "memory": "128Mi"},
+    )
+    await client.wait_for_job_conditions("talk", timeout=60)
+    logs = await client.get_job_logs("talk")
+    assert logs == {"talk-master-0": "".join(f"line {i}\n" for i in range(5))}
+    assert await client.get_job_logs("talk", tail_lines=2) == {"talk-master-0": "line 3\nline 4\n"}
+    with pytest.raises(LogsUnavailableError, match="no pod"):
+        await client.get_job_logs("talk", pod="talk-worker-7")
+
+    # Followed from before it runs: every line once, in order, and the stream ends with it.
+    await client.create_job(
+        train_func=printer,
+        name="slow",
+        parameters={"lines": 6, "pause": 0.3, "fail": True},
+        backoff_limit=0,
+    )
+    chunks = await asyncio.wait_for(_names_and_text(client.stream_job_logs("slow", timeout=60)), 60)
+    assert len(chunks) >= 2, "new text must arrive while the job runs"
+    assert {pod for pod, _ in chunks} == {"slow-master-0"}
+    assert "".join(text for _, text in chunks) == "".join(f"line {i}\n" for i in range(6))
+    assert await client.is_job_failed("slow")
+
+
+async def test_logs_of_a_job_not_placed_are_unavailable(
+    sim: AsyncTrainHubClient,
+) -> None:
+    client = sim
+    held = jax_job("held")
+    held["spec"]["runPolicy"]["suspend"] = True
+    await client.create_job(held)
+    await client.wait_for_job_conditions("held", expected_conditions={"Suspended"}, timeout=10)
+    with pytest.raises(LogsUnavailableError, match="runs on no cluster"):
+        await client.get_job_logs("held")

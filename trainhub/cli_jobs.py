@@ -1,0 +1,484 @@
+"""`trainhub get jobs|clusters`, `trainhub describe job` and `trainhub logs`: read what runs
+where, as kubectl shows objects, through the Python SDK.
+
+Exit codes: 0 done; 1 the request could not be served (no logs: the job runs nowhere or its
+worker did not answer); 2 usage or connection error (bad flags, no bootstrap, Kafka refused
+or unreachable); 3 no such job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from decimal import Decimal
+from enum import StrEnum
+from typing import Annotated, Any, TypeVar
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from bus.base import BusError
+from schemas.cluster import ClusterSnapshot
+from schemas.errors import ContractError
+from schemas.job_parsing import parse_job
+from schemas.kubeflow import AnyJob
+from schemas.quantity import format_quantity
+from trainhub.cli_settings import with_settings
+from trainhub.console_view import decision_table
+from trainhub.sdk import AsyncTrainHubClient
+from trainhub.sdk_errors import JobNotFoundError, LogsUnavailableError
+from trainhub.sdk_functions import FUNCTION_ANNOTATION
+from trainhub.sdk_view import TrainHubJob
+from trainhub.settings import TrainhubSettings
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_NOT_FOUND = 3
+
+GPU = "nvidia.com/gpu"
+_GIB = Decimal(2**30)
+_T = TypeVar("_T")
+
+# Piped output is read by scripts and tests: wide enough that table cells are not wrapped.
+console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+err_console = Console(stderr=True, soft_wrap=True)
+
+get_app = typer.Typer(
+    help="List jobs or member clusters.",
+    no_args_is_help=True,
+    epilog="Examples:\n\n"
+    "trainhub get jobs\n\n"
+    "trainhub get jobs -n team-a --queue research -o wide\n\n"
+    "trainhub get clusters -o json",
+)
+describe_app = typer.Typer(
+    help="Show one object in detail.",
+    no_args_is_help=True,
+    epilog="Example: trainhub describe job default/mnist",
+)
+
+
+class ListOutput(StrEnum):
+    text = "text"
+    wide = "wide"
+    json = "json"
+    yaml = "yaml"
+
+
+class DetailOutput(StrEnum):
+    text = "text"
+    json = "json"
+    yaml = "yaml"
+
+
+def register(app: typer.Typer) -> None:
+    """Add `get`, `describe` and `logs` to the `trainhub` command."""
+    app.add_typer(get_app, name="get")
+    app.add_typer(describe_app, name="describe")
+    app.command(
+        "logs",
+        epilog="Examples:\n\n"
+        "trainhub logs mnist\n\n"
+        "trainhub logs team-a/mnist -f\n\n"
+        "trainhub logs mnist --pod mnist-worker-1 --tail 20",
+    )(logs)
+
+
+def _fail(message: str, code: int) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def _with_client(
+    settings: TrainhubSettings, work: Callable[[AsyncTrainHubClient], Awaitable[_T]]
+) -> _T:
+    """Run `work` with a connected client; map the SDK's errors to the exit codes."""
+    if not settings.bootstrap:
+        raise _fail(
+            "this command needs Kafka: pass --bootstrap HOST:PORT or set TRAINHUB_BOOTSTRAP "
+            "(`trainhub sandbox up` starts a local broker)",
+            EXIT_USAGE,
+        )
+
+    async def main() -> _T:
+        async with AsyncTrainHubClient(settings=settings) as client:
+            return await work(client)
+
+    try:
+        return asyncio.run(main())
+    except BusError as exc:
+        raise _fail(str(exc), EXIT_USAGE) from None
+    except JobNotFoundError as exc:
+        raise _fail(str(exc), EXIT_NOT_FOUND) from None
+    except LogsUnavailableError as exc:
+        raise _fail(str(exc), EXIT_FAILED) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+def _dump(payload: Any, output: str) -> None:
+    if output == "json":
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+    else:
+        sys.stdout.write(yaml.safe_dump(payload, sort_keys=False))
+
+
+def _age(since: datetime | None, now: datetime | None = None) -> str:
+    """kubectl's way: 45s, 12m, 3h, 5d."""
+    if since is None:
+        return "-"
+    seconds = max(0, int(((now or datetime.now(UTC)) - since).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _job_json(job: TrainHubJob) -> dict[str, Any]:
+    return job.model_dump(mode="json", exclude={"sequence"})
+
+
+# -- get jobs -------------------------------------------------------------------------------
+
+
+@get_app.command("jobs")
+@with_settings
+def get_jobs(
+    settings: TrainhubSettings,
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", "-n", help="Only this namespace (default all).")
+    ] = None,
+    queue: Annotated[str | None, typer.Option(help="Only jobs of this queue.")] = None,
+    output: Annotated[ListOutput, typer.Option("-o", "--output")] = ListOutput.text,
+) -> None:
+    """List jobs with their phase and cluster (`-o wide` adds uid, attempt and message).
+
+    Examples: trainhub get jobs -o wide; trainhub get jobs -n team-a -o json"""
+
+    async def work(client: AsyncTrainHubClient) -> list[TrainHubJob]:
+        return await client.list_jobs(namespace=namespace, queue=queue)
+
+    jobs = _with_client(settings, work)
+    if output in (ListOutput.json, ListOutput.yaml):
+        _dump([_job_json(j) for j in jobs], output.value)
+        return
+    if not jobs:
+        err_console.print("No jobs found.")
+        return
+    wide = output == ListOutput.wide
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    columns = ["NAMESPACE", "NAME", "KIND", "QUEUE", "PHASE", "CLUSTER", "AGE"]
+    if wide:
+        columns += ["ATTEMPT", "UID", "REASON", "MESSAGE"]
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for job in jobs:
+        row = [
+            job.namespace or "-",
+            job.name or "-",
+            job.kind or "-",
+            job.queue or "default",
+            job.phase.value if job.phase else "Submitted",
+            job.cluster or "-",
+            _age(job.created),
+        ]
+        if wide:
+            row += [str(job.attempt), job.uid, job.reason or "", job.message or ""]
+        table.add_row(*row)
+    console.print(table)
+
+
+# -- get clusters ---------------------------------------------------------------------------
+
+
+def _amount(snapshot: ClusterSnapshot, resource: str) -> dict[str, str]:
+    return {
+        "free": format_quantity(snapshot.free(resource)),
+        "allocatable": format_quantity(snapshot.total(resource)),
+    }
+
+
+def cluster_row(snapshot: ClusterSnapshot, max_age: float) -> dict[str, Any]:
+    """A cluster as `get clusters -o json` prints it."""
+    age = snapshot.age_seconds()
+    resources = sorted({r for n in snapshot.nodes for r in n.allocatable})
+    return {
+        "name": snapshot.name,
+        "healthy": snapshot.healthy and age <= max_age,
+        "reportsHealthy": snapshot.healthy,
+        "heartbeatAgeSeconds": round(age, 1),
+        "nodes": len(snapshot.nodes),
+        "backend": snapshot.backend,
+        "labels": snapshot.labels,
+        "namespaces": snapshot.namespaces,
+        "jobs": len(snapshot.jobs),
+        "resources": {r: _amount(snapshot, r) for r in resources},
+    }
+
+
+def _cpu(value: Decimal) -> str:
+    return format(value.quantize(Decimal("0.1")).normalize(), "f")
+
+
+def _gib(value: Decimal) -> str:
+    return f"{(value / _GIB).quantize(Decimal('0.1'))}Gi"
+
+
+def _share(snapshot: ClusterSnapshot, resource: str, show: Callable[[Decimal], str]) -> str:
+    total = snapshot.total(resource)
+    if not total:
+        return "-"
+    return f"{show(snapshot.free(resource))}/{show(total)}"
+
+
+@get_app.command("clusters")
+@with_settings
+def get_clusters(
+    settings: TrainhubSettings,
+    output: Annotated[ListOutput, typer.Option("-o", "--output")] = ListOutput.text,
+) -> None:
+    """List member clusters from their heartbeats: health, heartbeat age, nodes and free /
+    allocatable cpu, memory and GPUs (`-o wide` adds backend, labels and job count).
+
+    A cluster whose last heartbeat is older than --max-heartbeat-age is shown unhealthy."""
+
+    async def work(client: AsyncTrainHubClient) -> list[ClusterSnapshot]:
+        return await client.list_clusters()
+
+    clusters = _with_client(settings, work)
+    max_age = settings.max_heartbeat_age
+    if output in (ListOutput.json, ListOutput.yaml):
+        _dump([cluster_row(c, max_age) for c in clusters], output.value)
+        return
+    if not clusters:
+        err_console.print("No clusters found.")
+        return
+    wide = output == ListOutput.wide
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    columns = ["NAME", "HEALTHY", "HEARTBEAT", "NODES", "CPU", "MEMORY", "GPU"]
+    if wide:
+        columns += ["BACKEND", "JOBS", "LABELS"]
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for snapshot in clusters:
+        row = cluster_row(snapshot, max_age)
+        healthy = "yes" if row["healthy"] else ("stale" if snapshot.healthy else "no")
+        cells = [
+            snapshot.name,
+            healthy,
+            f"{row['heartbeatAgeSeconds']:.0f}s ago",
+            str(row["nodes"]),
+            _share(snapshot, "cpu", _cpu),
+            _share(snapshot, "memory", _gib),
+            _share(snapshot, GPU, _cpu),
+        ]
+        if wide:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(snapshot.labels.items()))
+            cells += [snapshot.backend or "-", str(row["jobs"]), labels or "-"]
+        table.add_row(*cells)
+    console.print(table)
+
+
+# -- describe job ---------------------------------------------------------------------------
+
+
+def _parsed(job: TrainHubJob) -> AnyJob | None:
+    if job.spec is None:
+        return None
+    try:
+        return parse_job(job.spec)
+    except ContractError:
+        return None
+
+
+def _replica_table(parsed: AnyJob) -> Table:
+    table = Table(title="replicas", title_justify="left", header_style="bold")
+    for column in ("type", "replicas", "restart", "image", "command", "requests"):
+        table.add_column(column, overflow="fold")
+    for rtype, rspec in parsed.replica_specs.items():
+        containers = rspec.template.spec.containers
+        main = containers[0] if containers else None
+        command = " ".join([*(main.command or []), *(main.args or [])]) if main else ""
+        command = "; ".join(line.strip() for line in command.splitlines())
+        if len(command) > 60:
+            command = command[:57] + "..."
+        requests = main.effective_requests() if main else {}
+        table.add_row(
+            rtype,
+            str(parsed.replicas_of(rtype)),
+            rspec.restartPolicy or "-",
+            main.image if main else "-",
+            command or "-",
+            ", ".join(f"{k}={format_quantity(v)}" for k, v in sorted(requests.items())) or "-",
+        )
+    return table
+
+
+def _conditions_table(job: TrainHubJob) -> Table:
+    table = Table(title="conditions", title_justify="left", header_style="bold")
+    for column in ("type", "status", "reason", "last transition", "message"):
+        table.add_column(column, overflow="fold")
+    for condition in job.conditions:
+        when = condition.lastTransitionTime
+        table.add_row(
+            condition.type,
+            condition.status,
+            condition.reason or "",
+            when.strftime("%Y-%m-%d %H:%M:%S") if when else "",
+            condition.message or "",
+        )
+    return table
+
+
+def _events_table(job: TrainHubJob) -> Table:
+    table = Table(title="events", title_justify="left", header_style="bold")
+    for column in ("age", "phase", "reason", "from", "message"):
+        table.add_column(column, overflow="fold")
+    for event in job.events:
+        table.add_row(
+            _age(event.time),
+            event.phase.value,
+            event.reason or "",
+            event.source.removeprefix("trainhub/"),
+            event.message or "",
+        )
+    return table
+
+
+def describe_text(job: TrainHubJob) -> None:
+    parsed = _parsed(job)
+    phase = job.phase.value if job.phase else "Submitted"
+    fields = [
+        ("Name", job.key),
+        ("UID", job.uid),
+        ("Kind", f"{job.kind or '-'} ({job.framework or '-'})"),
+        ("Queue", job.queue or "default"),
+        ("Phase", phase + (f" ({job.reason})" if job.reason and job.reason != phase else "")),
+        ("Message", job.message or ""),
+        ("Cluster", f"{job.cluster} (attempt {job.attempt})" if job.cluster else "-"),
+        ("Created", job.created.isoformat() if job.created else "-"),
+        ("Updated", job.updated.isoformat() if job.updated else "-"),
+    ]
+    if parsed is not None:
+        function = (parsed.metadata.annotations or {}).get(FUNCTION_ANNOTATION)
+        if function:
+            fields.append(("Function", function))
+        policy = parsed.run_policy.model_dump(exclude_none=True)
+        fields.append(("Run policy", ", ".join(f"{k}={v}" for k, v in policy.items()) or "-"))
+    width = max(len(k) for k, _ in fields) + 1
+    for key, value in fields:
+        console.print(f"{key + ':':<{width}} {value}", highlight=False)
+    if parsed is not None:
+        console.print(_replica_table(parsed))
+    if job.placement is not None:
+        console.print(decision_table(job.placement, "placement"))
+    if job.status.replicaStatuses:
+        table = Table(title="replica statuses", title_justify="left", header_style="bold")
+        for column in ("type", "active", "succeeded", "failed"):
+            table.add_column(column)
+        for rtype, counts in job.status.replicaStatuses.items():
+            table.add_row(rtype, str(counts.active), str(counts.succeeded), str(counts.failed))
+        console.print(table)
+    if job.conditions:
+        console.print(_conditions_table(job))
+    if job.events:
+        console.print(_events_table(job))
+
+
+@describe_app.command("job")
+@with_settings
+def describe_job(
+    settings: TrainhubSettings,
+    job: Annotated[str, typer.Argument(help="NAME, NAMESPACE/NAME or uid.")],
+    namespace: Annotated[
+        str, typer.Option("--namespace", "-n", help="Namespace of a bare NAME.")
+    ] = "default",
+    output: Annotated[DetailOutput, typer.Option("-o", "--output")] = DetailOutput.text,
+) -> None:
+    """A job's spec summary, where it was placed and why (every cluster's score or reason),
+    its conditions and its recent status events.
+
+    Example: trainhub describe job team-a/mnist"""
+
+    async def work(client: AsyncTrainHubClient) -> TrainHubJob:
+        return await client.get_job(job, namespace)
+
+    found = _with_client(settings, work)
+    if output != DetailOutput.text:
+        _dump(_job_json(found), output.value)
+        return
+    describe_text(found)
+
+
+# -- logs -----------------------------------------------------------------------------------
+
+
+class LinePrefixer:
+    """Prefixes every line with its pod's name; a line split over chunks is kept whole."""
+
+    def __init__(self) -> None:
+        self._partial: dict[str, str] = {}
+
+    def feed(self, pod: str, text: str) -> str:
+        lines = (self._partial.pop(pod, "") + text).split("\n")
+        if lines[-1]:
+            self._partial[pod] = lines[-1]
+        return "".join(f"[{pod}] {line}\n" for line in lines[:-1])
+
+    def flush(self) -> str:
+        rest = "".join(f"[{pod}] {line}\n" for pod, line in self._partial.items())
+        self._partial.clear()
+        return rest
+
+
+@with_settings
+def logs(
+    settings: TrainhubSettings,
+    job: Annotated[str, typer.Argument(help="NAME, NAMESPACE/NAME or uid.")],
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing until the job finishes.")
+    ] = False,
+    namespace: Annotated[
+        str, typer.Option("--namespace", "-n", help="Namespace of a bare NAME.")
+    ] = "default",
+    pod: Annotated[str | None, typer.Option(help="Only this pod (default: every pod).")] = None,
+    tail: Annotated[
+        int | None, typer.Option(help="Only the last N lines of each pod so far.", min=0)
+    ] = None,
+    prefix: Annotated[
+        bool | None,
+        typer.Option(
+            "--prefix/--no-prefix", help="Start lines with \\[pod] (default: when several pods)."
+        ),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option(help="With -f: stop following after this many seconds.")
+    ] = 3600,
+) -> None:
+    """Print a job's pod logs, fetched by the worker of whichever cluster runs it.
+
+    Exit codes: 0 printed; 1 the job runs nowhere yet or its worker did not answer; 2
+    connection error; 3 no such job."""
+
+    async def work(client: AsyncTrainHubClient) -> None:
+        found = await client.get_job(job, namespace)
+        parsed = _parsed(found)
+        several = pod is None and (parsed is None or parsed.total_replicas > 1)
+        prefixer = LinePrefixer() if (several if prefix is None else prefix) else None
+        async for chunk in client.stream_job_logs(
+            found.uid, follow=follow, pod=pod, tail_lines=tail, timeout=timeout
+        ):
+            assert chunk.pod is not None
+            text = chunk.text if prefixer is None else prefixer.feed(chunk.pod, chunk.text)
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        if prefixer is not None:
+            sys.stdout.write(prefixer.flush())
+
+    _with_client(settings, work)

@@ -1,0 +1,40 @@
+"""What the SDK raises; every error is a `TrainHubError`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from trainhub.sdk_view import TrainHubJob
+
+
+class TrainHubError(Exception):
+    """Base of the SDK's errors."""
+
+
+class JobNotFoundError(TrainHubError, LookupError):
+    """No job of that name (or uid) is on the status topic."""
+
+
+class JobExistsError(TrainHubError):
+    """The job exists already (and is not deleted): delete it to run it again."""
+
+
+class JobFailedError(TrainHubError):
+    """The job reached a final phase other than the one waited for (Failed, Rejected, ...)."""
+
+    def __init__(self, message: str, job: TrainHubJob) -> None:
+        super().__init__(message)
+        self.job = job
+
+
+class JobTimeoutError(TrainHubError, TimeoutError):
+    """The job did not reach the expected conditions in time."""
+
+    def __init__(self, message: str, job: TrainHubJob | None) -> None:
+        super().__init__(message)
+        self.job = job
+
+
+class LogsUnavailableError(TrainHubError):
+    """The job's logs cannot be read (not placed yet, or its worker did not answer)."""
