@@ -3,6 +3,7 @@ clock come in; job conditions, replica statuses and what to do with which pods g
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -68,7 +69,9 @@ class JobRun:
         self.cluster = cluster
         self.attempt = attempt
         self.clock = clock
-        self.sequence = 0
+        # Milliseconds since the epoch, so that a restarted worker's updates still sort after
+        # those its predecessor published for the same attempt.
+        self.sequence = int(time.time() * 1000)
         self.restarts = 0
         """Pod re-creations after retryable failures, counted against `backoffLimit`."""
         self.pods = {p.name: PodState(p) for p in rendered.pods}

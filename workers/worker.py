@@ -19,6 +19,8 @@ from bus.base import Bus, Record
 from bus.events import EventConsumer, publish_event
 from bus.topics import Topics
 from schemas.cluster import ClusterSnapshot
+from schemas.codec import decode_event
+from schemas.errors import EventDecodeError
 from schemas.events import (
     CloudEvent,
     EventType,
@@ -112,6 +114,7 @@ class Worker:
             component=self.config.source,
             on_dead_letter=self._count_dead_letter,
         )
+        await self._adopt()
         await self._consumer.subscription.start()
         await self.heartbeat()
         self._tasks.spawn(self._consume(self._consumer), "assignments")
@@ -121,6 +124,61 @@ class Worker:
         self._tasks.spawn(self._heartbeat_loop(), "heartbeat")
         self._tasks.spawn(self._unschedulable_loop(), "unschedulable")
         log.info("worker started", extra={"cluster": self.cluster, "backend": self.backend.kind})
+
+    async def _adopt(self) -> None:
+        """After a restart: take back the jobs whose objects are still in the cluster, and
+        delete the objects of jobs that were revoked or that this cluster never had.
+
+        The assignments topic says what the hub wants here (its newest event per job); the
+        cluster says what exists. Adopted runs create nothing: the backend's first listing
+        reports their pods, and status continues from there."""
+        existing = await self.backend.job_uids()
+        if not existing:
+            return
+        wanted = await self._replay_assignments()
+        for uid in existing:
+            assigned = wanted.get(uid)
+            if assigned is None:
+                log.warning("deleting objects of a job not assigned here", extra=self._extra(uid))
+                await self.backend.delete_job(uid)
+                continue
+            job = parse_job(assigned.job)
+            rendered = render_job(
+                job,
+                self.backend.network(),
+                attempt=assigned.attempt,
+                wait_for_master=self.backend.init_containers,
+            )
+            self.runs[uid] = JobRun(rendered, self.cluster, assigned.attempt)
+            log.info("adopted a running job", extra=self._extra(uid))
+        self._export_jobs()
+
+    async def _replay_assignments(self) -> dict[str, JobAssigned]:
+        """The newest assignment of each job still placed here, from the whole topic."""
+        subscription = self.bus.subscribe(
+            [self.topics.assignments(self.cluster)], group=None, start_from="earliest"
+        )
+        await subscription.start()
+        wanted: dict[str, JobAssigned] = {}
+        try:
+            while True:
+                for record in await subscription.poll(timeout=0.2, max_records=5000):
+                    try:
+                        event = decode_event(record.headers, record.value)
+                        if event.type == EventType.JOB_ASSIGNED:
+                            assigned = event.data_as(JobAssigned)
+                            wanted[assigned.uid] = assigned
+                        elif event.type == EventType.JOB_REVOKED:
+                            revoked = event.data_as(JobRevoked)
+                            known = wanted.get(revoked.uid)
+                            if known is not None and known.attempt <= revoked.attempt:
+                                del wanted[revoked.uid]
+                    except (EventDecodeError, ValueError):
+                        continue  # the live consumer dead-letters it
+                if await subscription.lag() == 0:
+                    return wanted
+        finally:
+            await subscription.stop()
 
     @property
     def crashed(self) -> asyncio.Future[BaseException] | None:
