@@ -54,7 +54,8 @@ def decode_event(headers: Iterable[tuple[str, bytes | None]], body: bytes | None
         )
     try:
         data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:
+        # ValueError covers malformed JSON, bad UTF-8 and integers too long to convert.
         raise EventDecodeError(f"body is not JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise EventDecodeError(f"body must be a JSON object, got {type(data).__name__}")

@@ -31,10 +31,29 @@ def job_uid_of(document: Any) -> str | None:
     return None
 
 
+MAX_DEPTH = 64
+"""Nesting deeper than any real pod spec; deeper documents cannot be serialised again."""
+
+
+def _too_deep(document: Any, limit: int = MAX_DEPTH) -> bool:
+    stack: list[tuple[Any, int]] = [(document, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node)
+    return False
+
+
 def parse_job(document: Any) -> AnyJob:
     """Validate one job document; raises JobInvalid naming the field and the offending value."""
     if not isinstance(document, dict):
         raise JobInvalid(f"a job must be a mapping, got {type(document).__name__}")
+    if _too_deep(document):
+        raise JobInvalid(f"the document is nested deeper than {MAX_DEPTH} levels")
     kind = document.get("kind")
     if kind in REMOVED_KINDS:
         raise JobInvalid(f"kind: {REMOVED_KINDS[kind]}")
