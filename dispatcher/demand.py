@@ -1,12 +1,114 @@
-"""What a job asks of a cluster: one entry per replica type, each pod's requests and constraints."""
+"""What a job asks of a cluster: one entry per replica type, each pod's requests and constraints.
+
+Node constraints are read here once (nodeSelector, tolerations, required and preferred
+nodeAffinity) so placement never walks raw pod dicts; a malformed constraint is kept as the
+demand's `problem`, which no node admits, and the job is refused with that text.
+
+A job states wishes about clusters in its annotations, in Kubernetes label-selector syntax
+(`key=value`, `key!=value`, `key in (a,b)`, `key notin (a,b)`, `key`, `!key`, comma-joined),
+matched against the cluster labels its worker reports:
+
+- `trainhub.io/cluster-selector: "region=eu,tier in (gold,silver)"`: a hard filter; only
+  clusters satisfying every requirement qualify.
+- `trainhub.io/preferred-cluster-labels: "zone=eu-west-1a,!spot"`: a soft wish, scored by the
+  cluster-affinity policy as the share of requirements a cluster satisfies.
+"""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any, Literal
 
+from dispatcher.pod_policy import PrivilegeRequest, requested_privileges
 from schemas.kubeflow import AnyJob
 from schemas.pod import Toleration
+
+CLUSTER_SELECTOR = "trainhub.io/cluster-selector"
+PREFERRED_CLUSTER_LABELS = "trainhub.io/preferred-cluster-labels"
+
+Operator = Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+_OPERATORS: tuple[Operator, ...] = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+# Bounds far above real use; they keep one hostile job from costing every placement pass.
+MAX_TERMS = 64
+MAX_EXPRESSIONS = 64
+MAX_VALUES = 256
+MAX_SELECTOR_CHARS = 4096
+NODE_NAME_FIELD = "metadata.name"
+_POD_SLOT = "pods"
+_ZERO = Decimal(0)
+
+
+@dataclass(frozen=True)
+class LabelRequirement:
+    """One Kubernetes selector requirement (`key In (a, b)`, `!key`, `key Gt 3`...)."""
+
+    key: str
+    operator: Operator
+    values: frozenset[str] = frozenset()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        value = labels.get(self.key)
+        op = self.operator
+        if op == "In":
+            return value is not None and value in self.values
+        if op == "NotIn":
+            return value is None or value not in self.values
+        if op == "Exists":
+            return value is not None
+        if op == "DoesNotExist":
+            return value is None
+        if value is None:
+            return False
+        try:
+            number, bound = int(value), int(next(iter(self.values)))
+        except ValueError:
+            return False
+        return number > bound if op == "Gt" else number < bound
+
+    def __str__(self) -> str:
+        listed = ",".join(sorted(self.values))
+        return {
+            "In": f"{self.key} in ({listed})",
+            "NotIn": f"{self.key} notin ({listed})",
+            "Exists": self.key,
+            "DoesNotExist": f"!{self.key}",
+            "Gt": f"{self.key}>{listed}",
+            "Lt": f"{self.key}<{listed}",
+        }[self.operator]
+
+
+@dataclass(frozen=True)
+class NodeSelectorTerm:
+    """`matchExpressions` on node labels and `matchFields` on the node name, all ANDed.
+    As in Kubernetes, an empty term matches no node."""
+
+    expressions: tuple[LabelRequirement, ...] = ()
+    fields: tuple[LabelRequirement, ...] = ()
+
+    def matches(self, node_name: str, labels: Mapping[str, str]) -> bool:
+        if not self.expressions and not self.fields:
+            return False
+        named = {NODE_NAME_FIELD: node_name}
+        return all(e.matches(labels) for e in self.expressions) and all(
+            f.matches(named) for f in self.fields
+        )
+
+    def __str__(self) -> str:
+        parts = [str(e) for e in self.expressions]
+        parts += [str(f) for f in self.fields]
+        return ", ".join(parts) or "<empty term>"
+
+
+@dataclass(frozen=True)
+class PreferredTerm:
+    weight: int
+    term: NodeSelectorTerm
+
+
+Needs = tuple[tuple[str, Decimal], ...]
 
 
 @dataclass(frozen=True)
@@ -16,6 +118,45 @@ class PodDemand:
     requests: dict[str, Decimal]
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
+    required_terms: tuple[NodeSelectorTerm, ...] = ()
+    """Required nodeAffinity: a node must match one of them (none given: no requirement)."""
+    preferred_terms: tuple[PreferredTerm, ...] = ()
+    problem: str | None = None
+    """Why these pods' node constraints are malformed; no node admits such pods."""
+    # Derived once: placement reads them for every node of every candidate cluster.
+    needs: tuple[dict[str, Decimal], dict[str, Decimal]] = field(init=False, compare=False)
+    """What one pod takes on a node that does not / does count `pods`."""
+    positive_needs: tuple[Needs, Needs] = field(init=False, compare=False, repr=False)
+    """`needs` without the zero amounts, which never keep a pod off a node."""
+    admission_key: tuple[object, ...] = field(init=False, compare=False, repr=False)
+    """Everything that decides which nodes admit these pods, hashable."""
+    key: tuple[object, ...] = field(init=False, compare=False, repr=False)
+    """The whole demand, hashable: equal keys place identically."""
+
+    def __post_init__(self) -> None:
+        without = dict(self.requests)
+        with_slot = dict(without)
+        with_slot[_POD_SLOT] = with_slot.get(_POD_SLOT, _ZERO) + 1
+        positive = tuple((r, a) for r, a in without.items() if a > 0)
+        positive_slot = tuple((r, a) for r, a in with_slot.items() if a > 0)
+        admission = (
+            tuple(sorted(self.node_selector.items())),
+            tuple((t.key, t.operator, t.value, t.effect) for t in self.tolerations),
+            self.required_terms,
+            self.problem,
+        )
+        key = (
+            self.replica_type,
+            self.count,
+            tuple(sorted(without.items())),
+            admission,
+            self.preferred_terms,
+        )
+        setter = object.__setattr__
+        setter(self, "needs", (without, with_slot))
+        setter(self, "positive_needs", (positive, positive_slot))
+        setter(self, "admission_key", admission)
+        setter(self, "key", key)
 
 
 def job_demand(job: AnyJob) -> list[PodDemand]:
@@ -25,6 +166,12 @@ def job_demand(job: AnyJob) -> list[PodDemand]:
         if count == 0:
             continue
         pod = rspec.template.spec
+        path = f"spec.{job.REPLICA_FIELD}.{rtype}.template.spec.affinity.nodeAffinity"
+        try:
+            required, preferred = parse_node_affinity(pod.affinity, path)
+            problem = None
+        except ValueError as exc:
+            required, preferred, problem = (), (), str(exc)
         demands.append(
             PodDemand(
                 replica_type=rtype,
@@ -32,6 +179,9 @@ def job_demand(job: AnyJob) -> list[PodDemand]:
                 requests=pod.total_requests(),
                 node_selector=dict(pod.nodeSelector or {}),
                 tolerations=tuple(pod.tolerations or ()),
+                required_terms=required,
+                preferred_terms=preferred,
+                problem=problem,
             )
         )
     return demands
@@ -43,3 +193,219 @@ def total_demand(demands: list[PodDemand]) -> dict[str, Decimal]:
         for name, amount in demand.requests.items():
             total[name] = total.get(name, Decimal(0)) + amount * demand.count
     return total
+
+
+def _size(demand: PodDemand) -> tuple[Decimal, ...]:
+    return tuple(sorted(demand.requests.values(), reverse=True))
+
+
+def packing_order(demands: Sequence[PodDemand]) -> list[PodDemand]:
+    """Largest pods first: they have the fewest nodes to choose from."""
+    return sorted(demands, key=_size, reverse=True)
+
+
+@dataclass(slots=True)
+class JobProfile:
+    """Everything placement needs from a job, read once per decision."""
+
+    demands: tuple[PodDemand, ...]
+    ordered: tuple[PodDemand, ...]
+    """The demands in gang packing order."""
+    total: dict[str, Decimal]
+    namespace: str
+    cluster_selector: tuple[LabelRequirement, ...]
+    preferred_clusters: tuple[LabelRequirement, ...]
+    privileges: tuple[PrivilegeRequest, ...]
+    problem: str | None
+    """Why the job cannot be placed anywhere, whatever the clusters (malformed constraints)."""
+    key: tuple[object, ...]
+    """Equal keys are placed identically on equal clusters."""
+
+
+def _annotation_selector(
+    annotations: Mapping[str, str], name: str, problems: list[str]
+) -> tuple[LabelRequirement, ...]:
+    text = annotations.get(name)
+    if text is None:
+        return ()
+    try:
+        return parse_label_selector(text)
+    except ValueError as exc:
+        problems.append(f"metadata.annotations[{name}]: {exc}")
+        return ()
+
+
+def profile_job(job: AnyJob) -> JobProfile:
+    demands = tuple(job_demand(job))
+    annotations = job.metadata.annotations or {}
+    problems = [d.problem for d in demands if d.problem is not None]
+    if not demands:
+        # Placed, such a job would sit Created forever: no pod can ever report success.
+        problems.append(
+            f"spec.{job.REPLICA_FIELD}: every replica type has 0 replicas, nothing would run"
+        )
+    selector = _annotation_selector(annotations, CLUSTER_SELECTOR, problems)
+    preferred = _annotation_selector(annotations, PREFERRED_CLUSTER_LABELS, problems)
+    privileges = requested_privileges(job)
+    namespace = job.metadata.namespace
+    problem = "; ".join(problems) or None
+    return JobProfile(
+        demands=demands,
+        ordered=tuple(packing_order(demands)),
+        total=total_demand(list(demands)),
+        namespace=namespace,
+        cluster_selector=selector,
+        preferred_clusters=preferred,
+        privileges=privileges,
+        problem=problem,
+        key=(tuple(d.key for d in demands), namespace, selector, preferred, privileges, problem),
+    )
+
+
+# -- nodeAffinity ----------------------------------------------------------------------------
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _mapping(value: object, path: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{path}: must be a mapping (got {_short(value)})")
+    return value
+
+
+def _listed(value: object, path: str, limit: int) -> list[Any]:
+    if not isinstance(value, list):
+        raise ValueError(f"{path}: must be a list (got {_short(value)})")
+    if len(value) > limit:
+        raise ValueError(f"{path}: at most {limit} entries are accepted (got {len(value)})")
+    return value
+
+
+def parse_node_affinity(
+    affinity: Mapping[str, Any] | None, path: str = "affinity.nodeAffinity"
+) -> tuple[tuple[NodeSelectorTerm, ...], tuple[PreferredTerm, ...]]:
+    """Required terms and preferred terms of a pod's nodeAffinity; ValueError names the field."""
+    if not affinity or affinity.get("nodeAffinity") is None:
+        return (), ()
+    node_affinity = _mapping(affinity["nodeAffinity"], path)
+    required: tuple[NodeSelectorTerm, ...] = ()
+    raw_required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if raw_required is not None:
+        req_path = f"{path}.requiredDuringSchedulingIgnoredDuringExecution"
+        terms_path = f"{req_path}.nodeSelectorTerms"
+        raw_terms = _listed(
+            _mapping(raw_required, req_path).get("nodeSelectorTerms"), terms_path, MAX_TERMS
+        )
+        if not raw_terms:
+            raise ValueError(f"{terms_path}: must have at least one term (got [])")
+        required = tuple(_term(t, f"{terms_path}[{i}]") for i, t in enumerate(raw_terms))
+    preferred: list[PreferredTerm] = []
+    raw_preferred = node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution")
+    if raw_preferred is not None:
+        pref_path = f"{path}.preferredDuringSchedulingIgnoredDuringExecution"
+        for i, item in enumerate(_listed(raw_preferred, pref_path, MAX_TERMS)):
+            item_path = f"{pref_path}[{i}]"
+            weight = _mapping(item, item_path).get("weight")
+            if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 100:
+                raise ValueError(f"{item_path}.weight: must be 1..100 (got {_short(weight)})")
+            preferred.append(
+                PreferredTerm(weight, _term(item.get("preference"), f"{item_path}.preference"))
+            )
+    return required, tuple(preferred)
+
+
+def _term(raw: object, path: str) -> NodeSelectorTerm:
+    term = _mapping(raw, path)
+    expressions = tuple(
+        _requirement(e, f"{path}.matchExpressions[{i}]", fields=False)
+        for i, e in enumerate(
+            _listed(term.get("matchExpressions") or [], f"{path}.matchExpressions", MAX_EXPRESSIONS)
+        )
+    )
+    fields = tuple(
+        _requirement(e, f"{path}.matchFields[{i}]", fields=True)
+        for i, e in enumerate(
+            _listed(term.get("matchFields") or [], f"{path}.matchFields", MAX_EXPRESSIONS)
+        )
+    )
+    return NodeSelectorTerm(expressions, fields)
+
+
+def _requirement(raw: object, path: str, *, fields: bool) -> LabelRequirement:
+    item = _mapping(raw, path)
+    key, operator = item.get("key"), item.get("operator")
+    if not isinstance(key, str) or not key or len(key) > 317:
+        raise ValueError(f"{path}.key: must be a label key (got {_short(key)})")
+    if fields and key != NODE_NAME_FIELD:
+        raise ValueError(f"{path}.key: only {NODE_NAME_FIELD!r} is supported (got {key!r})")
+    allowed = ("In", "NotIn") if fields else _OPERATORS
+    if operator not in allowed:
+        raise ValueError(
+            f"{path}.operator: must be one of {', '.join(allowed)} (got {_short(operator)})"
+        )
+    values = _listed(item.get("values") or [], f"{path}.values", MAX_VALUES)
+    if not all(isinstance(v, str) for v in values):
+        raise ValueError(f"{path}.values: must be strings (got {_short(values)})")
+    if operator in ("In", "NotIn") and not values:
+        raise ValueError(f"{path}.values: must not be empty for operator {operator}")
+    if operator in ("Exists", "DoesNotExist") and values:
+        raise ValueError(
+            f"{path}.values: must be empty for operator {operator} (got {_short(values)})"
+        )
+    if operator in ("Gt", "Lt"):
+        if len(values) != 1 or not re.fullmatch(r"[+-]?\d{1,18}", values[0]):
+            raise ValueError(
+                f"{path}.values: operator {operator} takes one integer (got {_short(values)})"
+            )
+    return LabelRequirement(key, operator, frozenset(values))
+
+
+# -- cluster label selectors (job annotations) -----------------------------------------------
+
+_KEY = r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?"
+_VALUE = r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)?"
+_EQUALITY = re.compile(rf"^\s*(?P<key>{_KEY})\s*(?P<op>==|=|!=)\s*(?P<value>{_VALUE})\s*$")
+_SET = re.compile(rf"^\s*(?P<key>{_KEY})\s+(?P<op>in|notin)\s*\((?P<values>[^()]*)\)\s*$")
+_EXISTS = re.compile(rf"^\s*(?P<not>!?)\s*(?P<key>{_KEY})\s*$")
+_VALUE_ONLY = re.compile(rf"^{_VALUE}$")
+
+
+def parse_label_selector(text: str) -> tuple[LabelRequirement, ...]:
+    """Kubernetes label-selector syntax: `region=eu,tier!=bronze,zone in (a,b),!spot,gpu`."""
+    if len(text) > MAX_SELECTOR_CHARS:
+        raise ValueError(f"selector is longer than {MAX_SELECTOR_CHARS} characters")
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    if not text.strip():
+        return ()
+    return tuple(_selector_requirement(part) for part in parts)
+
+
+def _selector_requirement(part: str) -> LabelRequirement:
+    if match := _EQUALITY.match(part):
+        op: Operator = "NotIn" if match["op"] == "!=" else "In"
+        return LabelRequirement(match["key"], op, frozenset([match["value"]]))
+    if match := _SET.match(part):
+        values = [v.strip() for v in match["values"].split(",")]
+        if not values or not all(v and _VALUE_ONLY.match(v) for v in values):
+            raise ValueError(f"{part.strip()!r}: values must be label values")
+        return LabelRequirement(
+            match["key"], "In" if match["op"] == "in" else "NotIn", frozenset(values)
+        )
+    if match := _EXISTS.match(part):
+        return LabelRequirement(match["key"], "DoesNotExist" if match["not"] else "Exists")
+    raise ValueError(
+        f"{_short(part.strip())} is not a requirement (use key=value, key!=value, "
+        "key in (a,b), key notin (a,b), key or !key)"
+    )

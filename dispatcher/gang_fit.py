@@ -6,10 +6,14 @@ are packed onto concrete nodes (largest first, best fit) rather than summed.
 
 from __future__ import annotations
 
+import heapq
+import operator
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
+from itertools import compress, repeat
 
-from dispatcher.demand import PodDemand
+from dispatcher.demand import PodDemand, packing_order
 from schemas.cluster import NodeSnapshot, Taint
 from schemas.pod import Toleration
 from schemas.quantity import format_quantity
@@ -18,6 +22,7 @@ Usage = dict[str, dict[str, Decimal]]
 """node name -> resource -> amount"""
 
 _POD_SLOT = "pods"
+_ZERO = Decimal(0)
 
 
 @dataclass
@@ -36,7 +41,7 @@ class NodeRoom:
         free = (
             dict(node.allocatable)
             if empty
-            else {r: node.free(r) - (reserved or {}).get(r, Decimal(0)) for r in node.allocatable}
+            else {r: node.free(r) - (reserved or {}).get(r, _ZERO) for r in node.allocatable}
         )
         return cls(node.name, free, dict(node.labels), list(node.taints))
 
@@ -61,50 +66,64 @@ def tolerates(tolerations: tuple[Toleration, ...], taint: Taint) -> bool:
     return False
 
 
-def admission_problem(node: NodeRoom, demand: PodDemand) -> str | None:
+def admission_problem(node: NodeRoom | NodeSnapshot, demand: PodDemand) -> str | None:
+    if demand.problem is not None:
+        return demand.problem
     for key, value in demand.node_selector.items():
         if node.labels.get(key) != value:
             return f"nodeSelector {key}={value}"
+    if demand.required_terms and not any(
+        term.matches(node.name, node.labels) for term in demand.required_terms
+    ):
+        terms = " or ".join(f"({term})" for term in demand.required_terms)
+        return f"required nodeAffinity {terms}"
     for taint in node.taints:
         if not tolerates(demand.tolerations, taint):
             return f"untolerated taint {taint.key}={taint.value or ''}:{taint.effect}"
     return None
 
 
+def admitting_nodes(nodes: Sequence[NodeRoom | NodeSnapshot], demand: PodDemand) -> list[int]:
+    """Indexes of the nodes whose labels and taints admit the demand's pods."""
+    return [i for i, node in enumerate(nodes) if admission_problem(node, demand) is None]
+
+
 def _needs(demand: PodDemand, node: NodeRoom) -> dict[str, Decimal]:
-    needs = dict(demand.requests)
-    if _POD_SLOT in node.free:
-        needs[_POD_SLOT] = needs.get(_POD_SLOT, Decimal(0)) + 1
-    return needs
+    return demand.needs[_POD_SLOT in node.free]
 
 
-def _room_after(node: NodeRoom, needs: dict[str, Decimal]) -> Decimal | None:
-    """The smallest slack left after placing; None when something does not fit."""
+def _slack(free: Mapping[str, Decimal], needs: tuple[tuple[str, Decimal], ...]) -> Decimal | None:
+    """The smallest slack left after placing one pod; None when something does not fit."""
     slack: Decimal | None = None
-    for resource, amount in needs.items():
-        if amount <= 0:
-            continue
-        left = node.free.get(resource, Decimal(0)) - amount
+    for resource, amount in needs:
+        left = free.get(resource, _ZERO) - amount
         if left < 0:
             return None
-        slack = left if slack is None else min(slack, left)
-    return slack if slack is not None else Decimal(0)
+        if slack is None or left < slack:
+            slack = left
+    return slack if slack is not None else _ZERO
 
 
-def _shortage(nodes: list[NodeRoom], demand: PodDemand, placed: int) -> str:
+def shortage(
+    nodes: Sequence[NodeRoom],
+    demand: PodDemand,
+    placed: int,
+    admitting: Sequence[int] | None = None,
+) -> str:
     """Why the next pod of `demand` has no room; `nodes` is the room before the gang."""
-    admitting = [n for n in nodes if admission_problem(n, demand) is None]
+    if admitting is None:
+        admitting = admitting_nodes(nodes, demand)
     if not admitting:
         problems = sorted({admission_problem(n, demand) or "" for n in nodes})
         detail = "; ".join(problems) if nodes else "the cluster has no nodes"
         return f"no node admits {demand.replica_type} pods ({detail})"
     short = []
-    for resource, amount in _needs(demand, admitting[0]).items():
-        best = max(n.free.get(resource, Decimal(0)) for n in admitting)
+    for resource, amount in _needs(demand, nodes[admitting[0]]).items():
+        best = max(nodes[i].free.get(resource, _ZERO) for i in admitting)
         if best < amount:
             short.append(
                 f"{resource}: needs {format_quantity(amount)} per pod, "
-                f"most on one node {format_quantity(max(best, Decimal(0)))}"
+                f"most on one node {format_quantity(max(best, _ZERO))}"
             )
     if short:
         return f"{demand.replica_type} pod does not fit on any node ({'; '.join(short)})"
@@ -114,29 +133,277 @@ def _shortage(nodes: list[NodeRoom], demand: PodDemand, placed: int) -> str:
     )
 
 
-def _size(demand: PodDemand) -> tuple[Decimal, ...]:
-    return tuple(sorted(demand.requests.values(), reverse=True))
+_UNBOUNDED = 1 << 62
+_MANY = 1 << 24
+"""More pods than any gang has (replicas are capped at 10,000 per type)."""
 
 
-def gang_fit(nodes: list[NodeRoom], demands: list[PodDemand]) -> FitResult:
-    """Place every pod of the job on the given nodes, or say why that is impossible."""
-    rooms = [NodeRoom(n.name, dict(n.free), n.labels, n.taints) for n in nodes]
+def pod_slots(free: Mapping[str, Decimal], needs: tuple[tuple[str, Decimal], ...]) -> int:
+    """How many pods taking `needs` fit into `free` at once (at most `_MANY` are counted:
+    an exact quotient of 2^63 by 1e-10 is beyond Decimal's precision)."""
+    slots = _UNBOUNDED
+    for resource, amount in needs:
+        have = free.get(resource, _ZERO)
+        if have < amount:
+            return 0
+        fit = _MANY if have >= amount * _MANY else int(have // amount)
+        if fit < slots:
+            slots = fit
+    return slots
+
+
+def largest_pod(demands: Sequence[PodDemand]) -> PodDemand:
+    """A pod as large as the largest of each resource among `demands`."""
+    largest: dict[str, Decimal] = {}
+    for demand in demands:
+        for resource, amount in demand.requests.items():
+            largest[resource] = max(largest.get(resource, _ZERO), amount)
+    return PodDemand("*", sum(d.count for d in demands), largest)
+
+
+def surely_fits(
+    free_of: Callable[[int], Mapping[str, Decimal]],
+    pod_slot: Sequence[bool],
+    demands: Sequence[PodDemand],
+    candidates: Sequence[Sequence[int]],
+    common: Sequence[int] = (),
+    largest: PodDemand | None = None,
+) -> tuple[bool | None, int]:
+    """Decide `gang_fit` without packing where counting is enough.
+
+    One replica type: best fit places a pod wherever one still fits, so the gang fits
+    exactly when the nodes' pod slots add up to the count; (False, slots) otherwise.
+    Several: if the nodes admitting every type (`common`) hold enough slots for the
+    `largest_pod` of the gang, packing cannot get stuck (True); otherwise (None, 0): pack.
+    Nodes are visited last first, since best fit fills the first nodes first.
+    """
+    if not demands:
+        return True, 0
+    if len(demands) == 1:
+        demand, nodes = demands[0], candidates[0]
+    elif largest is not None:
+        demand, nodes = largest, common
+    else:
+        return None, 0
+    needs = demand.positive_needs
+    wanted = demand.count
+    total = 0
+    for index in reversed(nodes):
+        total += pod_slots(free_of(index), needs[pod_slot[index]])
+        if total >= wanted:
+            return True, total
+    return (False, total) if len(demands) == 1 else (None, 0)
+
+
+def gang_fit(
+    nodes: Sequence[NodeRoom],
+    demands: Sequence[PodDemand],
+    *,
+    candidates: Sequence[Sequence[int]] | None = None,
+    ordered: bool = False,
+) -> FitResult:
+    """Place every pod of the job on the given nodes, or say why that is impossible.
+
+    `candidates` may give, per demand, the indexes of the nodes admitting it (cached
+    admission); `ordered` says the demands already are in `packing_order`.
+    """
+    if not ordered:
+        demands = packing_order(demands)
+    if candidates is None:
+        candidates = [admitting_nodes(nodes, demand) for demand in demands]
+    usage, failure = best_fit(
+        lambda i: nodes[i].free,
+        [n.name for n in nodes],
+        [_POD_SLOT in n.free for n in nodes],
+        demands,
+        candidates,
+    )
+    if usage is not None:
+        return FitResult(True, usage=usage)
+    assert failure is not None
+    at, placed = failure
+    return FitResult(False, reason=shortage(nodes, demands[at], placed, candidates[at]))
+
+
+def best_fit(
+    free_of: Callable[[int], Mapping[str, Decimal]],
+    names: Sequence[str],
+    pod_slot: Sequence[bool],
+    demands: Sequence[PodDemand],
+    candidates: Sequence[Sequence[int]],
+) -> tuple[Usage | None, tuple[int, int] | None]:
+    """Pack the demands (in the given order) onto nodes: each pod on the admitting node it
+    leaves the least slack on, the first such node on ties. Returns the usage, or which
+    demand found no room and how many of its pods were placed.
+
+    Only the chosen node's slack changes per pod, so the candidates sit in a heap; only the
+    nodes that take pods are copied.
+    """
+    taken: dict[int, dict[str, Decimal]] = {}
     usage: Usage = {}
-    for demand in sorted(demands, key=_size, reverse=True):
+    for at, demand in enumerate(demands):
+        positive, full = demand.positive_needs, demand.needs
+        heap: list[tuple[Decimal, int]] = []
+        for index in candidates[at]:
+            room = taken.get(index)
+            slack = _slack(free_of(index) if room is None else room, positive[pod_slot[index]])
+            if slack is not None:
+                heap.append((slack, index))
+        heapq.heapify(heap)
         for placed in range(demand.count):
-            best: tuple[Decimal, NodeRoom, dict[str, Decimal]] | None = None
-            for room in rooms:
-                if admission_problem(room, demand) is not None:
-                    continue
-                needs = _needs(demand, room)
-                slack = _room_after(room, needs)
-                if slack is not None and (best is None or slack < best[0]):
-                    best = (slack, room, needs)
-            if best is None:
-                return FitResult(False, reason=_shortage(nodes, demand, placed))
-            _, room, needs = best
-            node_usage = usage.setdefault(room.name, {})
-            for resource, amount in needs.items():
-                room.free[resource] = room.free.get(resource, Decimal(0)) - amount
-                node_usage[resource] = node_usage.get(resource, Decimal(0)) + amount
-    return FitResult(True, usage=usage)
+            if not heap:
+                return None, (at, placed)
+            _, index = heapq.heappop(heap)
+            room = taken.get(index)
+            if room is None:
+                room = taken[index] = dict(free_of(index))
+            node_usage = usage.setdefault(names[index], {})
+            for resource, amount in full[pod_slot[index]].items():
+                room[resource] = room.get(resource, _ZERO) - amount
+                node_usage[resource] = node_usage.get(resource, _ZERO) + amount
+            slack = _slack(room, positive[pod_slot[index]])
+            if slack is not None:
+                heapq.heappush(heap, (slack, index))
+    return usage, None
+
+
+Entry = tuple[Decimal, int, int]
+"""A packing candidate: (slack after one more pod, node index, token)."""
+
+
+class PackingHeap:
+    """Best fit's candidates for one kind of pod on one cluster, kept current as nodes change.
+
+    A heap of (slack after one more pod, node, token): an entry counts only while its token
+    is the node's current one, so a changed node just gets a new entry.
+    """
+
+    __slots__ = ("_current", "_next", "_size", "entries")
+
+    def __init__(self, entries: list[Entry]) -> None:
+        """`entries`: a heap of (slack, node, 0), one per node a pod fits on now."""
+        self.entries = entries
+        self._size = len(entries)
+        self._current: dict[int, int] = {}
+        self._next = 1
+
+    @classmethod
+    def scan(
+        cls,
+        free_of: Callable[[int], Mapping[str, Decimal]],
+        pod_slot: Sequence[bool],
+        demand: PodDemand,
+        candidates: Sequence[int],
+    ) -> PackingHeap:
+        positive = demand.positive_needs
+        entries: list[Entry] = []
+        for index in candidates:
+            slack = _slack(free_of(index), positive[pod_slot[index]])
+            if slack is not None:
+                entries.append((slack, index, 0))
+        heapq.heapify(entries)
+        return cls(entries)
+
+    @classmethod
+    def from_columns(
+        cls, columns: Mapping[str, Sequence[Decimal]], demand: PodDemand, admitted: Sequence[bool]
+    ) -> PackingHeap:
+        """The same heap as `scan`, from free amounts held per resource (see `columns_for`),
+        worked out by C-level maps instead of a loop over nodes."""
+        lefts = [
+            list(map(operator.sub, columns[r], repeat(a))) for r, a in demand.positive_needs[1]
+        ]
+        slack = list(map(min, *lefts)) if len(lefts) > 1 else lefts[0]
+        fits = map(operator.and_, admitted, map(_ZERO.__le__, slack))
+        entries = list(compress(zip(slack, range(len(slack)), repeat(0)), fits))
+        heapq.heapify(entries)
+        return cls(entries)
+
+    def current(self) -> dict[int, int]:
+        """node index -> the token its valid entry has (absent: 0)."""
+        return self._current
+
+    def refresh(
+        self,
+        free_of: Callable[[int], Mapping[str, Decimal]],
+        pod_slot: Sequence[bool],
+        demand: PodDemand,
+        nodes: Iterable[int],
+    ) -> None:
+        """Give the `nodes` (all admitting the demand) entries for their free amounts now."""
+        positive = demand.positive_needs
+        entries, current = self.entries, self._current
+        for index in nodes:
+            token = self._next
+            self._next += 1
+            current[index] = token
+            slack = _slack(free_of(index), positive[pod_slot[index]])
+            if slack is not None:
+                heapq.heappush(entries, (slack, index, token))
+        if len(entries) > 2 * self._size + 64:
+            self.entries = [e for e in entries if current.get(e[1], 0) == e[2]]
+            heapq.heapify(self.entries)
+            self._size = len(self.entries)
+
+    def token(self) -> int:
+        """A token no entry has yet."""
+        self._next += 1
+        return self._next - 1
+
+
+def columns_for(demands: Sequence[PodDemand]) -> tuple[str, ...] | None:
+    """The resources `PackingHeap.from_columns` needs per-node columns of, or None when it
+    would not match `scan` (a pod that takes nothing, or that asks for `pods` itself)."""
+    resources: dict[str, None] = {}
+    for demand in demands:
+        positive = demand.positive_needs[0]
+        if not positive or any(r == _POD_SLOT for r, _ in positive):
+            return None
+        resources.update((r, None) for r, _ in positive)
+    resources[_POD_SLOT] = None
+    return tuple(resources)
+
+
+def best_fit_from(
+    free_of: Callable[[int], Mapping[str, Decimal]],
+    names: Sequence[str],
+    pod_slot: Sequence[bool],
+    demands: Sequence[PodDemand],
+    heaps: Sequence[PackingHeap],
+    admitted: Sequence[Collection[int]],
+) -> Usage | None:
+    """`best_fit` from up-to-date `PackingHeap`s (left unchanged): only the nodes the gang
+    takes cost Python work, however many nodes the cluster has. None when it does not fit."""
+    taken: dict[int, dict[str, Decimal]] = {}
+    usage: Usage = {}
+    for at, demand in enumerate(demands):
+        positive, full = demand.positive_needs, demand.needs
+        start = heaps[at]
+        heap = list(start.entries)
+        current = dict(start.current())
+        allowed = admitted[at]
+        for index, used in taken.items():
+            if index in allowed:
+                token = current[index] = start.token()
+                slack = _slack(used, positive[pod_slot[index]])
+                if slack is not None:
+                    heapq.heappush(heap, (slack, index, token))
+        for _ in range(demand.count):
+            while heap:
+                _, index, mark = heapq.heappop(heap)
+                if current.get(index, 0) == mark:
+                    break
+            else:
+                return None
+            room = taken.get(index)
+            if room is None:
+                room = taken[index] = dict(free_of(index))
+            node_usage = usage.setdefault(names[index], {})
+            for resource, amount in full[pod_slot[index]].items():
+                room[resource] = room.get(resource, _ZERO) - amount
+                node_usage[resource] = node_usage.get(resource, _ZERO) + amount
+            token = current[index] = start.token()
+            slack = _slack(room, positive[pod_slot[index]])
+            if slack is not None:
+                heapq.heappush(heap, (slack, index, token))
+    return usage

@@ -14,13 +14,13 @@ from bus.base import Bus, Record
 from bus.events import EventConsumer, EventHandler, publish_event
 from bus.topics import Topics
 from dispatcher.demand import job_demand
+from dispatcher.fairness import QueueTurns
 from dispatcher.gang_fit import NodeRoom, gang_fit
 from dispatcher.ledger import JobRecord, Ledger
 from dispatcher.metrics import HubMetrics
-from dispatcher.placement import Placement, plan_placement
+from dispatcher.placement import Placement, Placer, VersionedReservations
+from dispatcher.placement_config import PlacementConfig
 from dispatcher.registry import ClusterRegistry
-from dispatcher.reservations import Reservations
-from dispatcher.scoring import WeightedScorer
 from schemas.cluster import ClusterSnapshot
 from schemas.errors import JobInvalid
 from schemas.events import (
@@ -54,7 +54,8 @@ _PLACED = (
 class HubConfig:
     source: str = "trainhub/hub"
     max_heartbeat_age: float = 30.0
-    scoring: dict[str, float] = field(default_factory=lambda: {"least-allocated": 1.0})
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
+    """Scoring weights, GPU label, priorities and per-queue limits."""
     schedule_interval: float = 1.0
     lost_after: float = 30.0
     """Seconds without a heartbeat after which a cluster is lost and its jobs re-dispatched."""
@@ -76,8 +77,9 @@ class Hub:
         self.metrics = HubMetrics(registry or CollectorRegistry())
         self.ledger = Ledger()
         self.clusters = ClusterRegistry(self.config.max_heartbeat_age)
-        self.reservations = Reservations()
-        self.scorer = WeightedScorer.from_weights(self.config.scoring)
+        self.reservations = VersionedReservations()
+        self.placer = Placer(self.config.placement)
+        self.turns = QueueTurns(self.config.placement.fairness())
         self._tasks = TaskOwner("hub")
         self._wake = asyncio.Event()
         self._assignment_topics: set[str] = set()
@@ -467,24 +469,28 @@ class Hub:
             await self.bus.flush()
 
     def plan(self, job: AnyJob, excluded: frozenset[str] = frozenset()) -> Placement:
-        return plan_placement(
+        return self.placer.plan(
             job,
             self.clusters.all(),
             reservations=self.reservations,
-            scorer=self.scorer,
             max_heartbeat_age=self.config.max_heartbeat_age,
             excluded=excluded,
         )
 
     async def schedule_pending(self) -> None:
-        queued = sorted(self.ledger.in_phase(JobPhase.QUEUED), key=lambda r: r.queued_at)
+        queued = self.ledger.in_phase(JobPhase.QUEUED)
         placed: list[JobRecord] = []
-        for record in queued:
+        for record, held in self.turns.order(queued, self.ledger.all()):
             assert record.job is not None
+            if held is not None:
+                if held != record.message:
+                    await self._publish_status(record, reason="WaitingForQueue", message=held)
+                continue
             placement = self.plan(record.job, record.avoided())
             record.decision = placement.decision
             if placement.chosen is not None:
                 await self._assign(record, placement)
+                self.turns.placed(record)
                 placed.append(record)
             elif placement.never_fits:
                 record.phase = JobPhase.REJECTED

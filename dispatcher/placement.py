@@ -1,18 +1,53 @@
-"""Choose one cluster for a whole job: filter, gang-fit per node, score, explain."""
+"""Choose one cluster for a whole job: filter, gang-fit per node, score, explain.
+
+Filters, in the order a rejected cluster's reason reports them: the job's own problems
+(malformed nodeAffinity or cluster annotations), its `trainhub.io/cluster-selector`, the
+cluster's namespace allow-list, its pod security policy, whether the gang could fit even on
+the empty cluster; these are "never" reasons, and a job every cluster refuses for them is
+rejected. Then the job's exclusion after an earlier failure there, health, heartbeat
+freshness, and the per-node gang fit on the capacity free now (after reservations).
+Feasible clusters are scored by the weighted policies of dispatcher/scoring.py; the best
+wins, the earlier listed on equal scores. Job annotations are described in
+dispatcher/demand.py.
+
+With a `PlacementCache` (a `Placer` keeps one) and `VersionedReservations`, a decision only
+redoes the clusters that changed since the last decision of the same job shape; results
+are the same as without. The ClusterScores of a decision are shared with the cache: read
+them, never modify them.
+"""
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from decimal import Decimal
+from functools import cached_property
+from typing import Any
 
-from dispatcher.demand import PodDemand, job_demand, total_demand
-from dispatcher.gang_fit import NodeRoom, Usage, gang_fit
+from dispatcher.demand import JobProfile, profile_job
+from dispatcher.gang_fit import Usage
+from dispatcher.placement_cache import ClusterFacts, Context, PlacementCache, Verdict, rejected
+from dispatcher.placement_config import PlacementConfig
+from dispatcher.reservation_versions import VersionedReservations
 from dispatcher.reservations import Reservations
-from dispatcher.scoring import LeastAllocated, ScoreInput, WeightedScorer
+from dispatcher.scoring import LeastAllocated, WeightedScorer
 from schemas.cluster import ClusterSnapshot
-from schemas.events import ClusterScore, PlacementDecision
+from schemas.events import PlacementDecision
 from schemas.kubeflow import AnyJob
+
+__all__ = [
+    "DEFAULT_SCORER",
+    "Placement",
+    "PlacementCache",
+    "Placer",
+    "VersionedReservations",
+    "describe",
+    "plan_placement",
+]
+
+EXCLUDED = "excluded for this job after an earlier failure here"
+_KEPT_PROFILES = 16_384
 
 
 @dataclass
@@ -20,102 +55,151 @@ class Placement:
     decision: PlacementDecision
     usage: Usage = field(default_factory=dict)
     never_fits: bool = False
-    """True when no registered cluster could hold the job even empty."""
+    """True when no registered cluster could ever hold the job (too big, refused by every
+    cluster's policy, labels or namespaces), or the job itself is malformed (`problem`)."""
+    problem: str | None = None
+    """Why the job cannot be placed anywhere whatever the clusters (malformed constraints)."""
+    verdicts: Sequence[Verdict] = field(default=(), repr=False)
 
     @property
     def chosen(self) -> str | None:
         return self.decision.chosen
 
+    @cached_property
+    def parts(self) -> dict[str, tuple[tuple[str, float], ...]]:
+        """Per feasible cluster, each scoring policy's own score 0..100 before weighting."""
+        return {v.score.name: v.parts for v in self.verdicts if v.feasible}
+
 
 DEFAULT_SCORER = WeightedScorer(((LeastAllocated(), 1.0),))
 
 
-def _cluster_problem(
-    cluster: ClusterSnapshot, namespace: str, now: datetime, max_age: float
-) -> str | None:
-    if not cluster.healthy:
-        return "cluster reports unhealthy"
-    age = cluster.age_seconds(now)
-    if age > max_age:
-        return f"heartbeat is stale ({age:.0f}s old, limit {max_age:.0f}s)"
-    if cluster.namespaces is not None and namespace not in cluster.namespaces:
-        return f"namespace {namespace!r} is not allowed on this cluster"
-    return None
-
-
 def plan_placement(
     job: AnyJob,
-    clusters: list[ClusterSnapshot],
+    clusters: Sequence[ClusterSnapshot],
     *,
     reservations: Reservations | None = None,
     scorer: WeightedScorer = DEFAULT_SCORER,
     now: datetime | None = None,
     max_heartbeat_age: float = 30.0,
     excluded: frozenset[str] = frozenset(),
+    cache: PlacementCache | None = None,
+    profile: JobProfile | None = None,
 ) -> Placement:
+    """`profile`: the job's `profile_job`, when the caller keeps it between decisions."""
     now = now or datetime.now(UTC)
-    demands = job_demand(job)
-    demand_total = total_demand(demands)
-    scores: list[ClusterScore] = []
-    best: tuple[float, str, Usage] | None = None
-    ever_fits = False
-    for cluster in clusters:
-        verdict = _judge(cluster, job, demands, reservations, now, max_heartbeat_age, excluded)
-        ever_fits = ever_fits or verdict.could_ever_fit
-        if verdict.usage is None:
-            scores.append(ClusterScore(name=cluster.name, feasible=False, reason=verdict.reason))
-            continue
-        free = _cluster_free(cluster, reservations)
-        score = round(scorer.score(ScoreInput(cluster, free, demand_total)), 3)
-        scores.append(ClusterScore(name=cluster.name, feasible=True, score=score))
-        if best is None or score > best[0]:
-            best = (score, cluster.name, verdict.usage)
-    scores.sort(key=lambda s: (not s.feasible, -(s.score or 0.0), s.name))
-    decision = PlacementDecision(chosen=best[1] if best else None, clusters=scores)
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=UTC)
+    if profile is None:
+        profile = profile_job(job)
+    if cache is None:
+        cache = PlacementCache()
+    cache.bind(scorer, reservations)
+    max_cost = 0.0
+    if scorer.uses_cost:
+        max_cost = max((c.cost for c in clusters if c.cost is not None), default=0.0)
+    version_of = getattr(reservations, "cluster_version", None)
+    context = Context(reservations, scorer, now, max_heartbeat_age, max_cost, version_of)
+    shape_id = cache.shape_id(profile)
+    board = None
+    if not excluded or not any(c.name in excluded for c in clusters):
+        board = cache.board(profile, shape_id, clusters, context)
+    if board is not None:
+        facts, verdicts = board.facts, board.verdicts
+        ranked: Iterable[int] = board.best()
+        scores = list(board.scores)
+        possible = board.possible
+    else:
+        facts = [cache.facts(c) for c in clusters]
+        verdicts = [_judge(f, profile, shape_id, context, excluded) for f in facts]
+        order = sorted(range(len(verdicts)), key=lambda i: verdicts[i].sort_key)
+        scores = [verdicts[i].score for i in order]
+        ranked = sorted(
+            (i for i in order if verdicts[i].feasible),
+            key=lambda i: (verdicts[i].sort_key[1], i),
+        )
+        possible = sum(1 for v in verdicts if not v.never)
+    chosen: str | None = None
+    usage: Usage = {}
+    for index in ranked:
+        packed = facts[index].pack(profile, shape_id, context, verdicts[index])
+        if packed is not None:
+            chosen, usage = facts[index].name, packed
+            break
     return Placement(
-        decision=decision,
-        usage=best[2] if best else {},
-        never_fits=bool(clusters) and not ever_fits,
+        decision=PlacementDecision(chosen=chosen, clusters=scores),
+        usage=usage,
+        never_fits=profile.problem is not None or (bool(clusters) and possible == 0),
+        problem=profile.problem,
+        verdicts=list(verdicts),
     )
 
 
-@dataclass
-class _Verdict:
-    usage: Usage | None
-    reason: str | None
-    could_ever_fit: bool
-
-
 def _judge(
-    cluster: ClusterSnapshot,
-    job: AnyJob,
-    demands: list[PodDemand],
-    reservations: Reservations | None,
-    now: datetime,
-    max_age: float,
+    facts: ClusterFacts,
+    profile: JobProfile,
+    shape_id: int,
+    context: Context,
     excluded: frozenset[str],
-) -> _Verdict:
-    empty_fit = gang_fit([NodeRoom.of(n, empty=True) for n in cluster.nodes], demands)
-    if not empty_fit.fits:
-        return _Verdict(None, f"can never fit: {empty_fit.reason}", False)
-    if cluster.name in excluded:
-        return _Verdict(None, "excluded for this job after an earlier failure here", True)
-    problem = _cluster_problem(cluster, job.metadata.namespace, now, max_age)
-    if problem:
-        return _Verdict(None, problem, True)
-    reserved = reservations.on_node(cluster.name) if reservations else {}
-    rooms = [NodeRoom.of(n, reserved=reserved.get(n.name)) for n in cluster.nodes]
-    fit = gang_fit(rooms, demands)
-    if not fit.fits:
-        return _Verdict(None, f"not enough free capacity now: {fit.reason}", True)
-    return _Verdict(fit.usage, None, True)
+) -> Verdict:
+    verdict = facts.judge(profile, shape_id, context)
+    if facts.name in excluded and not verdict.never:
+        return rejected(facts.name, EXCLUDED)
+    return verdict
 
 
-def _cluster_free(
-    cluster: ClusterSnapshot, reservations: Reservations | None
-) -> dict[str, Decimal]:
-    resources = {r for n in cluster.nodes for r in n.allocatable}
+class Placer:
+    """Placement as the hub runs it: one scorer and one cache, from a `PlacementConfig`.
+
+    A job waiting for capacity is planned again on every scheduling pass: what placement
+    reads from it is kept (by object identity) for the most recent jobs.
+    """
+
+    def __init__(self, config: PlacementConfig | None = None) -> None:
+        self.config = config or PlacementConfig()
+        self.scorer = self.config.scorer()
+        self.cache = PlacementCache()
+        self._profiles: OrderedDict[int, tuple[AnyJob, JobProfile]] = OrderedDict()
+
+    def _profile(self, job: AnyJob) -> JobProfile:
+        known = self._profiles.get(id(job))
+        if known is not None and known[0] is job:
+            return known[1]
+        profile = profile_job(job)
+        self._profiles[id(job)] = (job, profile)
+        if len(self._profiles) > _KEPT_PROFILES:
+            self._profiles.popitem(last=False)
+        return profile
+
+    def plan(
+        self,
+        job: AnyJob,
+        clusters: Sequence[ClusterSnapshot],
+        *,
+        reservations: Reservations | None = None,
+        now: datetime | None = None,
+        max_heartbeat_age: float = 30.0,
+        excluded: frozenset[str] = frozenset(),
+    ) -> Placement:
+        return plan_placement(
+            job,
+            clusters,
+            reservations=reservations,
+            scorer=self.scorer,
+            now=now,
+            max_heartbeat_age=max_heartbeat_age,
+            excluded=excluded,
+            cache=self.cache,
+            profile=self._profile(job),
+        )
+
+
+def describe(placement: Placement) -> dict[str, Any]:
+    """The decision as `trainhub plan -o json` could print it, with each policy's score."""
     return {
-        r: cluster.free(r) - (reservations.total(cluster.name, r) if reservations else Decimal(0))
-        for r in resources
+        "chosen": placement.chosen,
+        "clusters": [
+            {**c.model_dump(), "policies": dict(placement.parts.get(c.name, ()))}
+            for c in placement.decision.clusters
+        ],
     }

@@ -1,24 +1,58 @@
-"""Scoring policies: each rates a feasible cluster 0..100; the hub combines them with weights."""
+"""Scoring policies: each rates a feasible cluster 0..100; the hub combines them with weights.
+
+| name              | prefers                                                              |
+|-------------------|----------------------------------------------------------------------|
+| least-allocated   | the cluster left with the largest free share after the job (spread)   |
+| most-allocated    | the fullest cluster that still fits (pack)                           |
+| gpu-model         | the share of the cluster's GPUs (or nodes) of the product the job    |
+|                   | names on the GPU product label (nodeSelector, required or preferred  |
+|                   | nodeAffinity; preferred terms count by their weight)                 |
+| cluster-affinity  | the share of the job's `trainhub.io/preferred-cluster-labels`         |
+|                   | requirements the cluster's labels satisfy                            |
+| cluster-weight    | the cluster's static `weight` (0..100) from its worker's config      |
+| cost              | cheaper clusters: 100 x (1 - cost / the highest cost in the fleet)   |
+
+A policy that has nothing to judge (a job naming no GPU product, a cluster without a weight)
+gives every cluster the neutral 50, so it never changes the order.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Protocol
 
+from dispatcher.demand import LabelRequirement, PodDemand
 from schemas.cluster import ClusterSnapshot
 
 _BASE_RESOURCES = ("cpu", "memory")
+_ZERO = Decimal(0)
+NEUTRAL = 50.0
+DEFAULT_GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ScoreInput:
     cluster: ClusterSnapshot
     free: Mapping[str, Decimal]
     """Cluster-wide free amount per resource after running pods and reservations."""
     demand: Mapping[str, Decimal]
     """The whole job's requests per resource."""
+    pods: tuple[PodDemand, ...] = ()
+    """The job's pods per replica type, with their node constraints."""
+    preferred_clusters: tuple[LabelRequirement, ...] = ()
+    """The job's soft wishes on cluster labels."""
+    max_cost: float = 0.0
+    """The highest `cost` among the clusters considered for this decision."""
+    capacity: Mapping[str, Decimal] | None = None
+    """Cluster-wide allocatable per resource, when the caller has it at hand."""
+
+    def total(self, resource: str) -> Decimal:
+        if self.capacity is not None:
+            return self.capacity.get(resource, _ZERO)
+        return self.cluster.total(resource)
 
 
 class ScoringPolicy(Protocol):
@@ -27,17 +61,31 @@ class ScoringPolicy(Protocol):
     def score(self, item: ScoreInput) -> float: ...
 
 
-def _scored_resources(item: ScoreInput) -> list[str]:
-    extra = [r for r in item.demand if r not in _BASE_RESOURCES and item.demand[r] > 0]
-    return [*_BASE_RESOURCES, *sorted(extra)]
+@dataclass(frozen=True)
+class ScoringOptions:
+    gpu_product_label: str = DEFAULT_GPU_PRODUCT_LABEL
+    gpu_resource: str = DEFAULT_GPU_RESOURCE
 
 
-def _free_fraction_after(item: ScoreInput, resource: str) -> float | None:
-    total = item.cluster.total(resource)
-    if total <= 0:
-        return None
-    left = item.free.get(resource, Decimal(0)) - item.demand.get(resource, Decimal(0))
-    return max(0.0, min(1.0, float(left / total)))
+def _free_share_after(item: ScoreInput) -> float:
+    """The mean over cpu, memory and the job's other resources of the share of capacity
+    left free after the job (each clamped to 0..1), times 100."""
+    demand, free = item.demand, item.free
+    extra = sorted(r for r, a in demand.items() if a > 0 and r not in _BASE_RESOURCES)
+    total = 0.0
+    count = 0
+    for resource in (*_BASE_RESOURCES, *extra) if extra else _BASE_RESOURCES:
+        capacity = item.total(resource)
+        if capacity <= 0:
+            continue
+        share = float((free.get(resource, _ZERO) - demand.get(resource, _ZERO)) / capacity)
+        if share > 1.0:
+            share = 1.0
+        elif not share > 0.0:
+            share = 0.0
+        total += share
+        count += 1
+    return 100.0 * total / count if count else 0.0
 
 
 class LeastAllocated:
@@ -46,10 +94,7 @@ class LeastAllocated:
     name = "least-allocated"
 
     def score(self, item: ScoreInput) -> float:
-        fractions = [
-            f for r in _scored_resources(item) if (f := _free_fraction_after(item, r)) is not None
-        ]
-        return 100.0 * sum(fractions) / len(fractions) if fractions else 0.0
+        return _free_share_after(item)
 
 
 class MostAllocated:
@@ -58,28 +103,148 @@ class MostAllocated:
     name = "most-allocated"
 
     def score(self, item: ScoreInput) -> float:
-        return 100.0 - LeastAllocated().score(item)
+        return 100.0 - _free_share_after(item)
 
 
-POLICIES: dict[str, type[LeastAllocated] | type[MostAllocated]] = {
-    LeastAllocated.name: LeastAllocated,
-    MostAllocated.name: MostAllocated,
+def wanted_products(pods: tuple[PodDemand, ...], label: str) -> dict[str, float]:
+    """GPU products the job names on `label`, each with how much it wants it (0..1].
+
+    nodeSelector and required nodeAffinity `In` values count fully; preferred nodeAffinity
+    `In` values count by their term's weight / 100.
+    """
+    wanted: dict[str, float] = {}
+
+    def want(product: str, strength: float) -> None:
+        wanted[product] = max(wanted.get(product, 0.0), strength)
+
+    for pod in pods:
+        if label in pod.node_selector:
+            want(pod.node_selector[label], 1.0)
+        for term in pod.required_terms:
+            for expr in term.expressions:
+                if expr.key == label and expr.operator == "In":
+                    for product in expr.values:
+                        want(product, 1.0)
+        for preferred in pod.preferred_terms:
+            for expr in preferred.term.expressions:
+                if expr.key == label and expr.operator == "In":
+                    for product in expr.values:
+                        want(product, preferred.weight / 100.0)
+    return wanted
+
+
+class GpuModelMatch:
+    """Prefer the cluster where most of the GPU capacity is the product the job asks for."""
+
+    name = "gpu-model"
+
+    def __init__(self, options: ScoringOptions | None = None) -> None:
+        options = options or ScoringOptions()
+        self.label = options.gpu_product_label
+        self.resource = options.gpu_resource
+
+    def score(self, item: ScoreInput) -> float:
+        wanted = wanted_products(item.pods, self.label)
+        if not wanted:
+            return NEUTRAL
+        top = max(wanted.values())
+        matched = Decimal(0)
+        total = Decimal(0)
+        nodes = item.cluster.nodes
+        by_gpus = any(n.allocatable.get(self.resource, 0) > 0 for n in nodes)
+        for node in nodes:
+            size = node.allocatable.get(self.resource, Decimal(0)) if by_gpus else Decimal(1)
+            total += size
+            product = node.labels.get(self.label)
+            if product is not None and product in wanted:
+                matched += size * Decimal(wanted[product] / top)
+        return 100.0 * float(matched / total) if total > 0 else 0.0
+
+
+class ClusterAffinity:
+    """Prefer clusters whose labels satisfy more of the job's preferred cluster labels."""
+
+    name = "cluster-affinity"
+
+    def score(self, item: ScoreInput) -> float:
+        wishes = item.preferred_clusters
+        if not wishes:
+            return NEUTRAL
+        labels = item.cluster.labels
+        return 100.0 * sum(1 for w in wishes if w.matches(labels)) / len(wishes)
+
+
+class ClusterWeight:
+    """The operator's static preference for a cluster (`weight` in its heartbeat)."""
+
+    name = "cluster-weight"
+
+    def score(self, item: ScoreInput) -> float:
+        weight = item.cluster.weight
+        return NEUTRAL if weight is None else max(0.0, min(100.0, weight))
+
+
+class Cost:
+    """Cheaper clusters first, relative to the most expensive cluster in the fleet."""
+
+    name = "cost"
+
+    def score(self, item: ScoreInput) -> float:
+        cost = item.cluster.cost
+        if cost is None or item.max_cost <= 0:
+            return NEUTRAL
+        return max(0.0, min(100.0, 100.0 * (1.0 - cost / item.max_cost)))
+
+
+PolicyFactory = Callable[[ScoringOptions], ScoringPolicy]
+
+POLICIES: dict[str, PolicyFactory] = {
+    LeastAllocated.name: lambda _: LeastAllocated(),
+    MostAllocated.name: lambda _: MostAllocated(),
+    GpuModelMatch.name: GpuModelMatch,
+    ClusterAffinity.name: lambda _: ClusterAffinity(),
+    ClusterWeight.name: lambda _: ClusterWeight(),
+    Cost.name: lambda _: Cost(),
 }
 
 
 @dataclass(frozen=True)
 class WeightedScorer:
     policies: tuple[tuple[ScoringPolicy, float], ...]
+    total_weight: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "total_weight", sum(w for _, w in self.policies))
 
     @classmethod
-    def from_weights(cls, weights: Mapping[str, float]) -> WeightedScorer:
+    def from_weights(
+        cls, weights: Mapping[str, float], options: ScoringOptions | None = None
+    ) -> WeightedScorer:
         unknown = sorted(set(weights) - set(POLICIES))
         if unknown:
             raise ValueError(f"unknown scoring policies {unknown}; known: {sorted(POLICIES)}")
-        return cls(tuple((POLICIES[name](), w) for name, w in weights.items() if w > 0))
+        negative = sorted(name for name, w in weights.items() if not w >= 0)
+        if negative:
+            raise ValueError(f"scoring weights must be >= 0 (got {negative})")
+        options = options or ScoringOptions()
+        return cls(tuple((POLICIES[name](options), w) for name, w in weights.items() if w > 0))
+
+    @property
+    def uses_cost(self) -> bool:
+        return any(p.name == Cost.name for p, _ in self.policies)
+
+    def parts(self, item: ScoreInput) -> tuple[tuple[str, float], ...]:
+        """Each policy's own score 0..100, before weighting."""
+        return tuple([(p.name, p.score(item)) for p, _ in self.policies])
+
+    def combine(self, parts: tuple[tuple[str, float], ...]) -> float:
+        """The weighted mean of `parts` (as returned by `parts` for this scorer)."""
+        if self.total_weight == 0:
+            return 0.0
+        weighted = 0.0
+        for (_, score), (_, weight) in zip(parts, self.policies, strict=True):
+            weighted += score * weight
+        return weighted / self.total_weight
 
     def score(self, item: ScoreInput) -> float:
-        total_weight = sum(w for _, w in self.policies)
-        if total_weight == 0:
-            return 0.0
-        return sum(p.score(item) * w for p, w in self.policies) / total_weight
+        return self.combine(self.parts(item))

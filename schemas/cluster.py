@@ -33,6 +33,17 @@ class NodeSnapshot(BaseModel):
         return self.allocatable.get(resource, Decimal(0)) - self.requested.get(resource, Decimal(0))
 
 
+class ClusterPolicy(BaseModel):
+    """What pods may ask of this cluster's nodes; everything is refused unless allowed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    allowPrivileged: bool = False
+    allowHostPath: bool = False
+    allowHostNetwork: bool = False
+    allowHostPID: bool = False
+
+
 class ClusterSnapshot(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -51,6 +62,21 @@ class ClusterSnapshot(BaseModel):
         default_factory=list, description="Uids of the jobs whose pods `requested` counts."
     )
     sequence: int = Field(default=0, ge=0)
+    policy: ClusterPolicy = Field(default_factory=ClusterPolicy)
+    weight: float | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        allow_inf_nan=False,
+        description="Operator preference 0..100 (the cluster-weight score); None is neutral (50).",
+    )
+    cost: float | None = Field(
+        default=None,
+        ge=0,
+        le=1e12,
+        allow_inf_nan=False,
+        description="Relative price of running here (the cost score: cheaper scores higher).",
+    )
 
     def age_seconds(self, now: datetime | None = None) -> float:
         if self.observedAt is None:

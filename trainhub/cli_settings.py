@@ -35,7 +35,8 @@ def _flag(name: str) -> inspect.Parameter:
 
 def with_settings(func: _F) -> _F:
     """Replace the command's `settings` parameter with every settings flag plus --config."""
-    names = list(TrainhubSettings.model_fields)
+    # Structured settings (placement) come from the YAML file or the variable only.
+    names = [n for n in TrainhubSettings.model_fields if n != "placement"]
     config = inspect.Parameter(
         "config",
         inspect.Parameter.KEYWORD_ONLY,

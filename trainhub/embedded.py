@@ -16,6 +16,7 @@ from bus.base import Bus
 from bus.memory import MemoryBus
 from bus.topics import Topics
 from dispatcher.hub import Hub, HubConfig
+from dispatcher.placement_config import PlacementConfig
 from schemas.events import JobStatusUpdate
 from trainhub.producer import follow_status, submit_document
 from workers.backends.base import Backend
@@ -31,7 +32,7 @@ class EmbeddedOptions:
     backend: str = "local"
     heartbeat_interval: float = 1.0
     max_heartbeat_age: float = 10.0
-    scoring: dict[str, float] = field(default_factory=lambda: {"least-allocated": 1.0})
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
     workdir: Path = field(default_factory=Path.cwd)
     logs_dir: Path | None = None
     sim_time_scale: float = 1.0
@@ -98,7 +99,7 @@ class Embedded:
             HubConfig(
                 max_heartbeat_age=options.max_heartbeat_age,
                 lost_after=options.max_heartbeat_age,
-                scoring=options.scoring,
+                placement=options.placement,
             ),
             registry=self.registry,
         )

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from bus.base import Bus
 from dispatcher.hub import Hub, HubConfig
+from dispatcher.placement_config import PlacementConfig
 from trainhub.bus_factory import make_bus
 from trainhub.settings import TrainhubSettings
 from workers.backends.base import Backend
@@ -51,14 +52,13 @@ def _metrics(settings: TrainhubSettings, registry: CollectorRegistry) -> None:
         start_http_server(settings.metrics_port, registry=registry)
 
 
-async def run_hub(settings: TrainhubSettings, scoring: dict[str, float] | None = None) -> None:
+async def run_hub(settings: TrainhubSettings) -> None:
     bus = make_bus(settings)
     registry = CollectorRegistry()
     config = HubConfig(
         max_heartbeat_age=settings.max_heartbeat_age, lost_after=settings.max_heartbeat_age
     )
-    if scoring:
-        config.scoring = scoring
+    config.placement = PlacementConfig.from_dict(settings.placement)
     hub = Hub(bus, settings.topics(), config, registry=registry)
 
     async def start() -> None:

@@ -43,6 +43,12 @@ class TrainhubSettings(BaseSettings):
         default=30.0, gt=0, description="Seconds after which a cluster's heartbeat is stale."
     )
 
+    placement: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Placement settings: scoring weights, gpu_product_label, priority_classes, "
+        "queue_limits, default_queue_limit (a YAML mapping; JSON in the variable).",
+    )
+
     def kafka(self) -> KafkaSettings:
         if not self.bootstrap:
             raise ValueError(

@@ -132,7 +132,12 @@ class Worker:
         The assignments topic says what the hub wants here (its newest event per job); the
         cluster says what exists. Adopted runs create nothing: the backend's first listing
         reports their pods, and status continues from there."""
-        existing = await self.backend.job_uids()
+        try:
+            existing = await self.backend.job_uids()
+        except BackendError as error:
+            # E.g. an identity that may not list cluster-wide: run without adoption.
+            log.warning("cannot look for jobs to adopt: %s", error, extra=self._extra())
+            return
         if not existing:
             return
         wanted = await self._replay_assignments()

@@ -47,7 +47,10 @@ def _missing_go() -> bool:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Build the binaries before any test runs: a first build takes longer than the per-test
     timeout, which would otherwise count it against the first kube test's setup."""
-    wanted = any("kube_sandbox" in getattr(item, "fixturenames", ()) for item in session.items)
+    wanted = any(
+        {"kube_sandbox", "fleet_sandbox"} & set(getattr(item, "fixturenames", ()))
+        for item in session.items
+    )
     if not wanted or session.config.option.collectonly or _missing_go():
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
@@ -99,3 +102,56 @@ async def east_backend(east: MemberCluster) -> AsyncIterator[KubeBackend]:
         yield backend
     finally:
         await backend.close()
+
+
+# --- three clusters of different capacity, for the multi-cluster tests on Kafka -------------
+
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+H100 = "NVIDIA-H100-80GB-HBM3"
+A100 = "NVIDIA-A100-SXM4-80GB"
+
+# small holds little; large has big CPU nodes and one node of A100s (GPUs, but of another
+# model than the H100s); h100 has the only H100 nodes, with CPU nodes too small for large's
+# biggest pods.
+SMALL = ClusterSpec("small", pools=(NodePool(count=2, cpu="4", memory="8Gi"),))
+LARGE = ClusterSpec(
+    "large",
+    pools=(
+        NodePool(count=2, cpu="16", memory="64Gi"),
+        NodePool(
+            count=1, cpu="8", memory="64Gi", gpus=8, labels={GPU_PRODUCT_LABEL: A100}, name="a100"
+        ),
+    ),
+)
+H100_CLUSTER = ClusterSpec(
+    "h100",
+    pools=(
+        NodePool(
+            count=2,
+            cpu="8",
+            memory="64Gi",
+            gpus=4,
+            labels={GPU_PRODUCT_LABEL: H100, "nvidia.com/gpu.count": "4"},
+            name="gpu",
+        ),
+    ),
+)
+
+
+@pytest.fixture(scope="session")
+def fleet_sandbox(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KubeSandbox]:
+    """small, large and h100: three member clusters started once per session."""
+    if _missing_go():
+        pytest.skip("the Kubernetes sandbox is built with `go`, which is not on PATH")
+    build_error = request.config.stash.get(_BUILD_ERROR, None)
+    if build_error is not None:
+        pytest.fail(f"building the sandbox binaries failed: {build_error}", pytrace=False)
+    binaries = build_kube_binaries()
+    workdir: Path = tmp_path_factory.mktemp("kube-fleet")
+    sandbox = start_member_clusters([SMALL, LARGE, H100_CLUSTER], workdir, binaries=binaries)
+    try:
+        yield sandbox
+    finally:
+        stop_member_clusters(sandbox)

@@ -1,0 +1,564 @@
+"""Pods through the whole system onto real apiservers: M jobs of K pods submitted at once, a hub
+and one `kube` worker per cluster on a real broker (or the in-memory bus), three sandbox member
+clusters whose kube-scheduler binds the pods to KWOK nodes.
+
+Written to bench/results/kube.json:
+- pods created per second per cluster, as the cluster's admin watch sees them arrive (over the
+  whole run, and within one job's burst of creates);
+- submit -> all of a job's pods bound (spec.nodeName set) latency, p50 / p99 / max;
+- apiserver requests per job (the workers' `KubeApi.requests`, split by verb and resource),
+  against the target "a small constant plus one create per object".
+
+Usage: python -m bench.kube_throughput [--jobs M] [--pods K] [--memory-bus]
+       [--bootstrap HOST:PORT] [--heartbeat-interval S] [--output FILE]
+Without --bootstrap (and without --memory-bus) a sandbox broker is started for the run; the
+clusters are always started, in a temporary directory, and stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import ssl
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+from prometheus_client import CollectorRegistry
+
+from bus.base import Bus
+from bus.kafka import KafkaBus
+from bus.kafka_settings import KafkaSettings
+from bus.memory import MemoryBus
+from bus.topics import Topics
+from dispatcher.hub import Hub, HubConfig
+from schemas.codec import decode_event
+from schemas.errors import EventDecodeError
+from schemas.events import EventType, JobStatusUpdate
+from schemas.status import JobPhase
+from trainhub.producer import submit_document
+from trainhub.sandbox.kube_cluster import (
+    ClusterSpec,
+    KubeSandbox,
+    MemberCluster,
+    NodePool,
+    start_member_clusters,
+    stop_member_clusters,
+)
+from workers.backends.kube import MANAGED_SELECTOR, KubeBackend
+from workers.backends.kube_client import KubeApi
+from workers.metrics import KUBE_API
+from workers.rendering import LABEL_JOB_UID
+from workers.worker import Worker, WorkerConfig
+
+RESULTS = Path(__file__).parent / "results"
+TARGET_PODS_PER_SECOND = 100.0
+H100 = "NVIDIA-H100-80GB-HBM3"
+
+# Three clusters of different capacity (one with H100 nodes), each with room for every job.
+CLUSTERS = (
+    ClusterSpec("small", pools=(NodePool(count=2, cpu="32", memory="128Gi", pods=500),)),
+    ClusterSpec("large", pools=(NodePool(count=4, cpu="64", memory="256Gi", pods=500),)),
+    ClusterSpec(
+        "h100",
+        pools=(
+            NodePool(
+                count=2,
+                cpu="48",
+                memory="256Gi",
+                pods=500,
+                gpus=4,
+                labels={"nvidia.com/gpu.product": H100},
+                name="gpu",
+            ),
+        ),
+    ),
+)
+
+
+def job(name: str, pods: int, duration: str) -> dict[str, Any]:
+    container = {
+        "name": "jax",
+        "image": "example/jax:1",
+        "command": ["python", "-c", "pass"],
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
+    }
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "JAXJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "runPolicy": {"managedBy": "trainhub.io/dispatcher"},
+            "jaxReplicaSpecs": {
+                "Worker": {
+                    "replicas": pods,
+                    "restartPolicy": "Never",
+                    "template": {
+                        "metadata": {"annotations": {"trainhub.io/sim-duration": duration}},
+                        "spec": {"containers": [container]},
+                    },
+                }
+            },
+        },
+    }
+
+
+# --- what the clusters' admins see -----------------------------------------------------------
+
+
+@dataclass
+class PodTimes:
+    """When each of our pods first appeared on a cluster and when it was first bound."""
+
+    cluster: str
+    created: dict[str, float] = field(default_factory=dict)
+    bound: dict[str, float] = field(default_factory=dict)
+    job_of: dict[str, str] = field(default_factory=dict)
+
+
+async def watch_pods(cluster: MemberCluster, times: PodTimes, ready: asyncio.Event) -> None:
+    """Follow every pod we manage on `cluster` with the admin token (one watch stream)."""
+    context = ssl.create_default_context(cafile=str(cluster.ca_file))
+    url = (
+        f"{cluster.server}/api/v1/pods?watch=true&timeoutSeconds=3600"
+        f"&labelSelector={quote(MANAGED_SELECTOR)}"
+    )
+    headers = {"Authorization": f"Bearer {cluster.admin_token}"}
+    timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
+    async with (
+        aiohttp.ClientSession(headers=headers, timeout=timeout) as session,
+        session.get(url, ssl=context) as response,
+    ):
+        response.raise_for_status()
+        ready.set()
+        while True:
+            line = await response.content.readline()
+            if not line:
+                return
+            now = time.monotonic()
+            event = json.loads(line)
+            pod = event.get("object") or {}
+            metadata = pod.get("metadata") or {}
+            key = f"{metadata.get('namespace')}/{metadata.get('name')}/{metadata.get('uid')}"
+            if event.get("type") == "DELETED":
+                continue
+            times.created.setdefault(key, now)
+            times.job_of.setdefault(key, (metadata.get("labels") or {}).get(LABEL_JOB_UID, ""))
+            if (pod.get("spec") or {}).get("nodeName"):
+                times.bound.setdefault(key, now)
+
+
+# --- status on the bus -----------------------------------------------------------------------
+
+
+@dataclass
+class StatusTimes:
+    assigned: dict[str, float] = field(default_factory=dict)
+    finished: dict[str, JobPhase] = field(default_factory=dict)
+    cluster: dict[str, str] = field(default_factory=dict)
+
+
+async def follow_status(bus: Bus, topics: Topics, times: StatusTimes) -> None:
+    subscription = bus.subscribe([topics.status], group=None, start_from="earliest")
+    await subscription.start()
+    try:
+        while True:
+            for record in await subscription.poll(timeout=0.2, max_records=5000):
+                try:
+                    event = decode_event(record.headers, record.value)
+                except EventDecodeError:
+                    continue
+                if event.type != EventType.JOB_STATUS:
+                    continue
+                update = event.data_as(JobStatusUpdate)
+                if update.phase == JobPhase.ASSIGNED:
+                    times.assigned.setdefault(update.uid, event.time.timestamp())
+                    times.cluster[update.uid] = update.cluster or ""
+                if update.phase.finished:
+                    times.finished[update.uid] = update.phase
+    finally:
+        await subscription.stop()
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+
+@contextmanager
+def sandbox_clusters(workdir: Path) -> Iterator[KubeSandbox]:
+    sandbox = start_member_clusters(CLUSTERS, workdir / "kube")
+    try:
+        yield sandbox
+    finally:
+        stop_member_clusters(sandbox)
+
+
+@asynccontextmanager
+async def make_bus(memory: bool, bootstrap: str | None, workdir: Path) -> AsyncIterator[Bus]:
+    broker = None
+    bus: Bus
+    if memory:
+        bus = MemoryBus()
+    else:
+        if bootstrap is None:
+            from trainhub.sandbox.kafka_broker import start_kafka, stop_kafka
+
+            broker = start_kafka(workdir / "kafka")
+            bootstrap = broker.bootstrap
+        bus = KafkaBus(KafkaSettings(bootstrap=bootstrap))
+    await bus.start()
+    try:
+        yield bus
+    finally:
+        await bus.close()
+        if broker is not None:
+            stop_kafka(broker)
+
+
+def api_samples() -> dict[tuple[str, str, str], float]:
+    """Requests so far per (cluster, verb, resource), every status code together."""
+    counts: dict[tuple[str, str, str], float] = {}
+    for family in KUBE_API.requests.collect():
+        for sample in family.samples:
+            if sample.name.endswith("_total"):
+                labels = sample.labels
+                key = (labels["cluster"], labels["verb"], labels["resource"])
+                counts[key] = counts.get(key, 0.0) + sample.value
+    return counts
+
+
+def create_latency_ms() -> dict[str, float]:
+    """Mean time to the apiserver's answer to one create, per cluster."""
+    sums: dict[str, float] = {}
+    counts: dict[str, float] = {}
+    for family in KUBE_API.duration.collect():
+        for sample in family.samples:
+            cluster = sample.labels.get("cluster", "")
+            if sample.labels.get("verb") != "create":
+                continue
+            if sample.name.endswith("_sum"):
+                sums[cluster] = sums.get(cluster, 0.0) + sample.value
+            elif sample.name.endswith("_count"):
+                counts[cluster] = counts.get(cluster, 0.0) + sample.value
+    return {c: round(1000 * sums[c] / counts[c], 2) for c in counts if counts[c]}
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+async def run(args: argparse.Namespace, sandbox: KubeSandbox, bus: Bus) -> dict[str, Any]:
+    topics = Topics(prefix=f"kbench{uuid.uuid4().hex[:8]}")
+    registry = CollectorRegistry()
+    hub = Hub(bus, topics, HubConfig(max_heartbeat_age=60, lost_after=120), registry=registry)
+    workers: dict[str, Worker] = {}
+    backends: dict[str, KubeBackend] = {}
+    for name, cluster in sandbox.clusters.items():
+        backend = backends[name] = KubeBackend(
+            cluster.worker_kubeconfig,
+            cluster=name,
+            context=cluster.worker_context,
+            namespaces=cluster.worker_namespaces,
+        )
+        config = WorkerConfig(
+            cluster=name,
+            heartbeat_interval=args.heartbeat_interval,
+            namespaces=list(cluster.worker_namespaces),
+        )
+        workers[name] = Worker(bus, backend, config, topics, registry=registry)
+    pods = {name: PodTimes(name) for name in sandbox.clusters}
+    status = StatusTimes()
+    tasks: list[asyncio.Task[None]] = []
+    await hub.start()
+    started: list[Worker] = []
+    try:
+        for name, cluster in sandbox.clusters.items():
+            ready = asyncio.Event()
+            tasks.append(asyncio.create_task(watch_pods(cluster, pods[name], ready)))
+            await asyncio.wait_for(ready.wait(), 30)
+        tasks.append(asyncio.create_task(follow_status(bus, topics, status)))
+        for worker in workers.values():
+            await worker.start()
+            started.append(worker)
+        while {s.name for s in hub.clusters.all()} != set(sandbox.clusters):  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+
+        before = api_samples()
+        requests_before = {n: b.api.requests for n, b in backends.items()}
+        run_id = uuid.uuid4().hex[:5]
+        submitted: dict[str, tuple[float, float]] = {}
+        began = time.monotonic()
+        for i in range(args.jobs):
+            document = job(f"kb-{run_id}-{i}", args.pods, args.duration)
+            wall, mono = time.time(), time.monotonic()
+            uid = await submit_document(bus, topics, document)
+            submitted[uid] = (wall, mono)
+        submit_seconds = time.monotonic() - began
+        total_pods = args.jobs * args.pods
+
+        def bound() -> int:
+            return sum(len(p.bound) for p in pods.values())
+
+        deadline = time.monotonic() + args.timeout
+        while bound() < total_pods and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        all_bound = time.monotonic() - began
+        while len(status.finished) < args.jobs and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.1)
+        all_finished = time.monotonic() - began
+        await asyncio.sleep(0.2)
+        after = api_samples()
+        requests_after = {n: b.api.requests for n, b in backends.items()}
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for worker in started:
+            await worker.stop()
+        await hub.stop()
+
+    return report(
+        args,
+        pods,
+        status,
+        submitted,
+        before,
+        after,
+        requests_before,
+        requests_after,
+        timings={
+            "submit_all_s": round(submit_seconds, 3),
+            "all_pods_bound_s": round(all_bound, 3),
+            "all_jobs_finished_s": round(all_finished, 3),
+        },
+    )
+
+
+def report(
+    args: argparse.Namespace,
+    pods: dict[str, PodTimes],
+    status: StatusTimes,
+    submitted: dict[str, tuple[float, float]],
+    before: dict[tuple[str, str, str], float],
+    after: dict[tuple[str, str, str], float],
+    requests_before: dict[str, int],
+    requests_after: dict[str, int],
+    timings: dict[str, float],
+) -> dict[str, Any]:
+    clusters: dict[str, Any] = {}
+    bound_at: dict[str, list[float]] = {}
+    created_by_job: dict[str, list[float]] = {}
+    for name, times in pods.items():
+        for key, when in times.bound.items():
+            bound_at.setdefault(times.job_of[key], []).append(when)
+        for key, when in times.created.items():
+            created_by_job.setdefault(times.job_of[key], []).append(when)
+        created = sorted(times.created.values())
+        window = created[-1] - created[0] if len(created) > 1 else 0.0
+        jobs_here = {times.job_of[k] for k in times.created}
+        bursts = [
+            (len(ts) - 1) / (max(ts) - min(ts))
+            for uid, ts in created_by_job.items()
+            if uid in jobs_here and len(ts) > 1 and max(ts) > min(ts)
+        ]
+        clusters[name] = {
+            "jobs": len(jobs_here),
+            "pods_created": len(created),
+            "pods_bound": len(times.bound),
+            "creation_window_s": round(window, 3),
+            "pods_created_per_s": round((len(created) - 1) / window, 1) if window else None,
+            "pods_created_per_s_within_a_job_p50": (
+                round(statistics.median(bursts), 1) if bursts else None
+            ),
+        }
+    latencies = [
+        max(bound_at[uid]) - mono
+        for uid, (_, mono) in submitted.items()
+        if len(bound_at.get(uid, [])) == args.pods
+    ]
+    to_assigned = [
+        status.assigned[uid] - wall
+        for uid, (wall, _) in submitted.items()
+        if uid in status.assigned
+    ]
+    per_job = per_job_requests(args, before, after, status, requests_before, requests_after)
+    latency_creates = create_latency_ms()
+    for name, mean in latency_creates.items():
+        if name in clusters:
+            clusters[name]["create_request_ms_mean"] = mean
+            # The worker awaits a Service create, then a Pod create, for one pod after another.
+            clusters[name]["sequential_bound_pods_per_s"] = round(1000 / (2 * mean), 1)
+    rates = [c["pods_created_per_s"] or 0.0 for c in clusters.values()]
+    return {
+        "bus": "memory" if args.memory_bus else "kafka",
+        "jobs": args.jobs,
+        "pods_per_job": args.pods,
+        "heartbeat_interval_s": args.heartbeat_interval,
+        "timings": timings,
+        "jobs_finished": Counter(p.value for p in status.finished.values()),
+        "clusters": clusters,
+        "submit_to_all_pods_bound_s": {
+            "jobs": len(latencies),
+            "p50": round(percentile(latencies, 0.5), 3) if latencies else None,
+            "p99": round(percentile(latencies, 0.99), 3) if latencies else None,
+            "max": round(max(latencies), 3) if latencies else None,
+        },
+        "submit_to_assigned_s": {
+            "p50": round(percentile(to_assigned, 0.5), 3) if to_assigned else None,
+            "p99": round(percentile(to_assigned, 0.99), 3) if to_assigned else None,
+        },
+        "api_requests_per_job": per_job,
+        "target": {
+            "pods_created_per_s_per_cluster": TARGET_PODS_PER_SECOND,
+            "met_pods_per_s": min(rates) >= TARGET_PODS_PER_SECOND,
+            "requests_per_job": "a small constant + one create per object",
+            "met_requests_per_job": per_job["beyond_one_create_per_object"] <= 10,
+        },
+    }
+
+
+def per_job_requests(
+    args: argparse.Namespace,
+    before: dict[tuple[str, str, str], float],
+    after: dict[tuple[str, str, str], float],
+    status: StatusTimes,
+    requests_before: dict[str, int],
+    requests_after: dict[str, int],
+) -> dict[str, Any]:
+    """Requests during the run per job, split by verb and resource; what is not a create is
+    the per-job constant (periodic heartbeats included, so it shrinks as M grows)."""
+    delta: dict[str, float] = {}
+    for key, value in after.items():
+        moved = value - before.get(key, 0.0)
+        if moved:
+            name = f"{key[1]} {key[2]}"
+            delta[name] = delta.get(name, 0.0) + moved
+    total = sum(requests_after.values()) - sum(requests_before.values())
+    jobs = max(1, args.jobs)
+    objects = 2 * args.pods  # a pod and its headless service per replica
+    creates = delta.get("create pods", 0) + delta.get("create services", 0)
+    per_job = {k: round(v / jobs, 2) for k, v in sorted(delta.items())}
+    constant = (total - creates) / jobs
+    return {
+        "objects_per_job": objects,
+        "total": round(total / jobs, 2),
+        "creates": round(creates / jobs, 2),
+        "by_verb_and_resource": per_job,
+        "beyond_one_create_per_object": round(constant + (creates / jobs - objects), 2),
+        "note": (
+            "total includes each worker's periodic heartbeat lists (list nodes + list pods per "
+            "interval), watch requests and the heartbeat sent after each job finishes"
+        ),
+    }
+
+
+# --- what the apiservers take without the worker ----------------------------------------------
+
+
+def probe_pod(run: str, index: int) -> dict[str, Any]:
+    labels = {"app.kubernetes.io/managed-by": "trainhub", LABEL_JOB_UID: f"probe-{run}"}
+    container = {
+        "name": "jax",
+        "image": "example/jax:1",
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"probe-{run}-{index}", "labels": labels},
+        "spec": {"containers": [container], "restartPolicy": "Never"},
+    }
+
+
+async def create_burst(api: KubeApi, run: str, count: int, concurrency: int) -> float:
+    """Pods created per second, `concurrency` creates in flight."""
+    limit = asyncio.Semaphore(concurrency)
+
+    async def create(index: int) -> None:
+        async with limit:
+            manifest = probe_pod(run, index)
+            create_pod = api.core.create_namespaced_pod
+            await api.call("create", "pods", "default", create_pod, "default", manifest)
+
+    began = time.monotonic()
+    await asyncio.gather(*(create(i) for i in range(count)))
+    return round(count / (time.monotonic() - began), 1)
+
+
+async def probe_create_rates(sandbox: KubeSandbox, count: int) -> dict[str, Any]:
+    """Pod creates per second one cluster at a time, with the worker's identity and client:
+    awaited one by one (what the worker does), and 16 in flight. The ceiling the apiserver,
+    scheduler and KWOK allow on this machine, for comparison with the worker's rate."""
+    rates: dict[str, Any] = {}
+    for name, cluster in sandbox.clusters.items():
+        backend = KubeBackend(
+            cluster.worker_kubeconfig,
+            cluster=name,
+            context=cluster.worker_context,
+            namespaces=cluster.worker_namespaces,
+        )
+        await backend.start()
+        found: dict[str, float] = {}
+        try:
+            for concurrency in (1, 16):
+                run = uuid.uuid4().hex[:5]
+                rate = await create_burst(backend.api, run, count, concurrency)
+                found[f"concurrency_{concurrency}"] = rate
+                await backend.delete_job(f"probe-{run}")
+        finally:
+            await backend.close()
+        rates[name] = found
+    return rates
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="bench-kube-") as tmp:
+        workdir = Path(tmp)
+        with sandbox_clusters(workdir) as sandbox:
+            async with make_bus(args.memory_bus, args.bootstrap, workdir) as bus:
+                result = await run(args, sandbox, bus)
+            if args.probe:
+                result["apiserver_pod_creates_per_s_alone"] = await probe_create_rates(
+                    sandbox, args.probe
+                )
+            return result
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=60, help="M: jobs submitted at once")
+    parser.add_argument("--pods", type=int, default=10, help="K: pods per job")
+    parser.add_argument("--duration", default="2s", help="how long each pod runs (KWOK)")
+    parser.add_argument("--memory-bus", action="store_true", help="in-memory bus, no broker")
+    parser.add_argument("--bootstrap", help="an existing broker instead of a sandbox one")
+    parser.add_argument("--heartbeat-interval", type=float, default=2.0)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument(
+        "--probe",
+        type=int,
+        default=150,
+        help="pods per cluster for the apiserver-alone create probe after the run (0: none)",
+    )
+    parser.add_argument("--output", type=Path, default=RESULTS / "kube.json")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    arguments = parse_args()
+    result = asyncio.run(main(arguments))
+    arguments.output.parent.mkdir(parents=True, exist_ok=True)
+    arguments.output.write_text(json.dumps(result, indent=2) + "\n")
+    json.dump(result, sys.stdout, indent=2)
+    print()

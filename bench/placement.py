@@ -1,0 +1,203 @@
+"""Placement decisions per second, as the hub makes them, at 10, 100 and 1,000 clusters.
+
+A decision is `Placer.plan` (filters, per-node gang fit, scores and the explanation of
+every cluster) plus the hub's bookkeeping: reserve the chosen capacity, release it when the
+job ends (jobs stay in flight until 60% of the fleet's cpu is taken, then the oldest ends).
+Clusters are sim snapshots of 50 nodes (64 cpu, 256Gi, 110 pods each); jobs are JAXJobs
+of 2-4 workers in two pod sizes (2 cpu/8Gi, 8 cpu/32Gi): six job shapes, as from a few
+pipeline templates (`--sizes` adds more). Every cluster sends a heartbeat every 10 s
+(`--heartbeat-interval`), its nodes' `requested` counting the jobs placed there, which
+reconciles their reservations; building those snapshot objects is bus decoding and is left
+out of the timing, while the reconcile and all placement derives from a new snapshot are in.
+
+Time is this process's CPU time: the machine is shared, and other processes' load must not
+count against placement. Heartbeats follow the same clock.
+
+Usage: python -m bench.placement [--clusters 10,100,1000] [--nodes 50] [--jobs N]
+Writes bench/results/placement.json: [{"clusters", "nodes_per_cluster", "jobs",
+"decisions_per_s"}, ...].
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import random
+import time
+from collections import deque
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from dispatcher.gang_fit import Usage
+from dispatcher.placement import Placer, VersionedReservations
+from dispatcher.placement_config import PlacementConfig
+from schemas.cluster import ClusterSnapshot, NodeSnapshot
+from schemas.job_parsing import parse_job
+from schemas.kubeflow import AnyJob
+
+RESULTS = Path(__file__).parent / "results" / "placement.json"
+NODE = {"cpu": Decimal(64), "memory": Decimal(256 * 2**30), "pods": Decimal(110)}
+SIZES = (("2", "8Gi"), ("8", "32Gi"), ("1", "4Gi"), ("4", "16Gi"), ("16", "64Gi"))
+"""Pod sizes (cpu, memory) of the job templates, t-shirt style."""
+HEARTBEAT_INTERVAL = 10.0
+"""Seconds between two heartbeats of a cluster (CPU seconds of this run)."""
+UTILISATION = 0.6
+"""Jobs in flight at once, as a share of what the fleet could hold."""
+
+
+def job_document(index: int, rng: random.Random, sizes: int = 2) -> dict[str, Any]:
+    cpu, memory = rng.choice(SIZES[:sizes])
+    container = {
+        "name": "jax",
+        "image": "bench/jax:1",
+        "resources": {"requests": {"cpu": cpu, "memory": memory}},
+    }
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "JAXJob",
+        "metadata": {"name": f"bench-{index}", "namespace": "default"},
+        "spec": {
+            "runPolicy": {"managedBy": "trainhub.io/dispatcher"},
+            "jaxReplicaSpecs": {
+                "Worker": {
+                    "replicas": rng.randint(2, 4),
+                    "template": {"spec": {"containers": [container]}},
+                }
+            },
+        },
+    }
+
+
+class Fleet:
+    """The clusters' side: what runs where, and the heartbeats that report it."""
+
+    def __init__(self, clusters: int, nodes: int) -> None:
+        self.names = [f"c{i:04d}" for i in range(clusters)]
+        self.nodes = nodes
+        self.running: dict[str, dict[str, Usage]] = {name: {} for name in self.names}
+        self.sequence = 0
+        self.snapshots = {name: self.heartbeat(name) for name in self.names}
+
+    def heartbeat(self, cluster: str) -> ClusterSnapshot:
+        requested: dict[str, dict[str, Decimal]] = {}
+        for usage in self.running[cluster].values():
+            for node, amounts in usage.items():
+                slot = requested.setdefault(node, {})
+                for resource, amount in amounts.items():
+                    slot[resource] = slot.get(resource, Decimal(0)) + amount
+        self.sequence += 1
+        # model_construct: these values are known valid, and decoding is not what we measure.
+        nodes = [
+            NodeSnapshot.model_construct(
+                name=f"{cluster}-n{i}",
+                allocatable=NODE,
+                requested=requested.get(f"{cluster}-n{i}", {}),
+                labels={},
+                taints=[],
+            )
+            for i in range(self.nodes)
+        ]
+        return ClusterSnapshot(
+            name=cluster,
+            observedAt=datetime.now(UTC),
+            nodes=nodes,
+            sequence=self.sequence,
+            jobs=sorted(self.running[cluster]),
+        )
+
+
+def run(
+    clusters: int,
+    nodes: int,
+    jobs: int,
+    sizes: int = 2,
+    heartbeat_interval: float = HEARTBEAT_INTERVAL,
+    seed: int = 7,
+) -> dict[str, Any]:
+    rng = random.Random(seed)
+    documents = [job_document(i, rng, sizes) for i in range(jobs)]
+    parsed: list[tuple[AnyJob, str]] = [(job, job.uid) for job in map(parse_job, documents)]
+    fleet = Fleet(clusters, nodes)
+    placer = Placer(PlacementConfig())
+    reservations = VersionedReservations()
+    mean_cpu = sum(float(cpu) for cpu, _ in SIZES[:sizes]) / sizes
+    capacity_jobs = clusters * nodes * float(NODE["cpu"]) / (3 * mean_cpu)
+    window = max(1, int(capacity_jobs * UTILISATION))
+    in_flight: deque[tuple[str, str]] = deque()
+    # Heartbeats: every cluster once an interval, spread over the first interval.
+    due: list[tuple[float, int]] = []
+    if heartbeat_interval > 0:
+        due = sorted((rng.random() * heartbeat_interval, i) for i in range(clusters))
+    listed = [fleet.snapshots[n] for n in fleet.names]
+    """The registry's view, kept sorted by name and updated in place."""
+    assigned = heartbeats = 0
+    elapsed = 0.0
+    started = time.process_time()
+    for job, uid in parsed:
+        placement = placer.plan(job, listed, reservations=reservations)
+        if placement.chosen is not None:
+            reservations.reserve(placement.chosen, uid, placement.usage)
+            fleet.running[placement.chosen][uid] = placement.usage
+            in_flight.append((placement.chosen, uid))
+            assigned += 1
+        while len(in_flight) > window:
+            cluster, done = in_flight.popleft()
+            fleet.running[cluster].pop(done, None)
+            reservations.release(done)
+        elapsed += time.process_time() - started
+        fresh = []
+        while due and due[0][0] <= elapsed:
+            _, index = heapq.heappop(due)
+            fresh.append((index, fleet.heartbeat(fleet.names[index])))  # untimed: bus decoding
+        started = time.process_time()
+        for index, snapshot in fresh:
+            listed[index] = fleet.snapshots[snapshot.name] = snapshot
+            reservations.reconcile(snapshot)
+            heapq.heappush(due, (elapsed + heartbeat_interval, index))
+            heartbeats += 1
+    elapsed += time.process_time() - started
+    rate = jobs / elapsed
+    print(
+        f"{clusters:5d} clusters x {nodes} nodes: {jobs} decisions in {elapsed:.2f}s "
+        f"= {rate:,.0f}/s ({assigned} assigned, {heartbeats} heartbeats, "
+        f"{1e6 / rate:.0f} us per decision)",
+        flush=True,
+    )
+    return {
+        "clusters": clusters,
+        "nodes_per_cluster": nodes,
+        "jobs": jobs,
+        "decisions_per_s": round(rate, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clusters", default="10,100,1000")
+    parser.add_argument("--nodes", type=int, default=50)
+    parser.add_argument("--jobs", type=int, default=0, help="per size (default: by size)")
+    parser.add_argument(
+        "--sizes", type=int, default=2, help="pod sizes in the job mix (x3 replica counts)"
+    )
+    parser.add_argument(
+        "--heartbeat-interval",
+        type=float,
+        default=HEARTBEAT_INTERVAL,
+        help="seconds between heartbeats of one cluster; 0: none",
+    )
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    results = []
+    for clusters in (int(c) for c in args.clusters.split(",")):
+        jobs = args.jobs or (20_000 if clusters <= 100 else 5_000)
+        results.append(run(clusters, args.nodes, jobs, args.sizes, args.heartbeat_interval))
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,707 @@
+"""What placement keeps between decisions, so that a cluster nothing happened to costs nothing.
+
+`ClusterFacts` holds one heartbeat snapshot in the form packing needs (node rooms, totals,
+admission per kind of pod), plus its free capacity after reservations for the current
+reservation version. A `Board` holds, for one job shape, the verdict on every cluster of the
+last decision and their ranking; the next decision of that shape redoes only the clusters
+whose snapshot was replaced, whose reservations changed (from the reservations' change log)
+or whose heartbeat age matters, so its cost follows what changed rather than the fleet size.
+Every verdict is the same as a fresh evaluation would give.
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import operator
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from itertools import compress
+
+from dispatcher.demand import CLUSTER_SELECTOR, JobProfile, PodDemand
+from dispatcher.gang_fit import (
+    NodeRoom,
+    PackingHeap,
+    Usage,
+    admitting_nodes,
+    best_fit,
+    best_fit_from,
+    columns_for,
+    gang_fit,
+    largest_pod,
+    shortage,
+    surely_fits,
+)
+from dispatcher.pod_policy import policy_refusal
+from dispatcher.reservation_versions import VersionedReservations
+from dispatcher.reservations import Reservations
+from dispatcher.scoring import ScoreInput, WeightedScorer
+from schemas.cluster import ClusterSnapshot
+from schemas.events import ClusterScore
+
+_ZERO = Decimal(0)
+_INFINITE = Decimal("Infinity")
+_POD_SLOT = "pods"
+_MAX_SHAPES_PER_CLUSTER = 512
+_MAX_BOARDS = 256
+_MAX_SHAPE_IDS = 4096
+
+
+class Verdict:
+    """One cluster's verdict for one job shape."""
+
+    __slots__ = (
+        "feasible",
+        "max_cost",
+        "never",
+        "parts",
+        "score",
+        "sort_key",
+        "timed",
+        "usage",
+        "version",
+    )
+
+    def __init__(
+        self,
+        score: ClusterScore,
+        sort_key: tuple[bool, float, str],
+        *,
+        feasible: bool = False,
+        never: bool = False,
+        timed: bool = False,
+        usage: Usage | None = None,
+        parts: tuple[tuple[str, float], ...] = (),
+    ) -> None:
+        self.score = score
+        self.sort_key = sort_key
+        self.feasible = feasible
+        self.never = never
+        """Rejected for a reason no capacity change would lift (policy, labels, size)."""
+        self.timed = timed
+        """Depends on the clock (a stale heartbeat's age)."""
+        self.usage = usage
+        """Where the gang goes; worked out only once the cluster is chosen."""
+        self.parts = parts
+        self.version: object = None
+        self.max_cost = 0.0
+
+
+def rejected(name: str, reason: str, *, never: bool = False, timed: bool = False) -> Verdict:
+    return Verdict(
+        ClusterScore(name=name, feasible=False, reason=reason),
+        (True, 0.0, name),
+        never=never,
+        timed=timed,
+    )
+
+
+class _ShapeState:
+    """One job shape on one snapshot: admitting nodes, the "never" verdict, the last one."""
+
+    __slots__ = (
+        "admitted",
+        "candidates",
+        "common",
+        "judged",
+        "largest",
+        "log_end",
+        "never",
+        "now",
+        "outdated",
+        "packing",
+    )
+
+    def __init__(self, candidates: list[list[int]], profile: JobProfile) -> None:
+        self.candidates = candidates
+        """Per demand (in packing order), the indexes of the nodes admitting it."""
+        self.admitted = [set(c) for c in candidates]
+        self.packing: list[PackingHeap] | None = None
+        """Per demand, best fit's candidates on the free capacity now, kept up to date."""
+        self.log_end = 0
+        """Where in the cluster's node change log `packing` is up to date."""
+        self.common: list[int] = []
+        self.largest: PodDemand | None = None
+        if len(candidates) > 1:
+            shared = set(candidates[0]).intersection(*candidates[1:])
+            self.common = sorted(shared)
+            self.largest = largest_pod(profile.ordered)
+        self.never: Verdict | None = None
+        self.judged = False
+        """Whether `never` is worked out for this snapshot."""
+        self.now: Verdict | None = None
+        self.outdated: set[int] = set()
+        """Nodes whose entries in `packing` predate this snapshot."""
+
+    def carried(self, outdated: Iterable[int]) -> _ShapeState:
+        """This state for the next snapshot of the same nodes: the verdicts are dropped, the
+        packing heaps move over, to be refreshed on the `outdated` nodes."""
+        moved = copy.copy(self)
+        moved.never, moved.judged, moved.now = None, False, None
+        moved.outdated = self.outdated.union(outdated)
+        self.packing = None
+        return moved
+
+
+_UNSET = object()
+
+
+@dataclass(frozen=True)
+class Context:
+    """What one decision judges against, besides the job and the cluster."""
+
+    reservations: Reservations | None
+    scorer: WeightedScorer
+    now: datetime
+    max_age: float
+    max_cost: float
+    version_of: Callable[[str], int] | None
+    """The reservations' per-cluster version; None when they cannot tell (no caching)."""
+    now_at: float = field(init=False)
+    """`now` in seconds since the epoch."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "now_at", self.now.timestamp())
+
+
+class ClusterFacts:
+    """What one heartbeat snapshot says, precomputed once for every decision that uses it,
+    and its free capacity after reservations, recomputed when those change."""
+
+    def __init__(self, snapshot: ClusterSnapshot, previous: ClusterFacts | None = None) -> None:
+        self.snapshot = snapshot
+        self.name = snapshot.name
+        nodes = snapshot.nodes
+        self.node_names = [n.name for n in nodes]
+        self.node_index = {name: i for i, name in enumerate(self.node_names)}
+        self.base_free: list[dict[str, Decimal]] = []
+        capacity: dict[str, Decimal] = {}
+        free: dict[str, Decimal] = {}
+        for node in nodes:
+            requested = node.requested
+            left = {r: a - requested.get(r, _ZERO) for r, a in node.allocatable.items()}
+            self.base_free.append(left)
+            for resource, amount in node.allocatable.items():
+                capacity[resource] = capacity.get(resource, _ZERO) + amount
+                have = left[resource]
+                if have > 0:
+                    free[resource] = free.get(resource, _ZERO) + have
+                elif resource not in free:
+                    free[resource] = _ZERO
+        self.capacity, self.free = capacity, free
+        self.pod_slot = [_POD_SLOT in n.allocatable for n in nodes]
+        observed = snapshot.observedAt
+        if observed is not None and observed.tzinfo is None:
+            observed = observed.replace(tzinfo=UTC)
+        self.observed = observed
+        self.observed_at = observed.timestamp() if observed is not None else None
+        """The observation time in seconds since the epoch, for cheap age checks."""
+        self.unhealthy = (
+            None if snapshot.healthy else rejected(self.name, "cluster reports unhealthy")
+        )
+        self.shapes: dict[int, _ShapeState] = {}
+        self._admitting: dict[tuple[object, ...], list[int]] = {}
+        self._empty_rooms: list[NodeRoom] | None = None
+        self._base_columns: dict[str, list[Decimal]] = {}
+        self._version: object = _UNSET
+        self._reserved: Mapping[str, Mapping[str, Decimal]] = {}
+        self._node_versions: Mapping[str, int] = {}
+        self._patched: dict[int, tuple[int, dict[str, Decimal]]] = {}
+        self._free_now: dict[str, Decimal] = {}
+        self._rooms_now: list[NodeRoom] | None = None
+        if previous is not None and previous.name == self.name:
+            self._inherit(previous)
+
+    def _inherit(self, previous: ClusterFacts) -> None:
+        """Keep what the previous snapshot of the same nodes had worked out per job shape:
+        which nodes admit it, and its packing heaps (refreshed where free amounts moved)."""
+        nodes, before = self.snapshot.nodes, previous.snapshot.nodes
+        if self.node_names != previous.node_names or any(
+            a.labels != b.labels or a.taints != b.taints for a, b in zip(nodes, before, strict=True)
+        ):
+            return
+        self._admitting = previous._admitting
+        moved = [
+            i
+            for i, (now, then) in enumerate(zip(self.base_free, previous.base_free, strict=True))
+            if now != then
+        ]
+        self.shapes = {sid: shape.carried(moved) for sid, shape in previous.shapes.items()}
+
+    @property
+    def empty_rooms(self) -> list[NodeRoom]:
+        if self._empty_rooms is None:
+            self._empty_rooms = [
+                NodeRoom(n.name, dict(n.allocatable), n.labels, n.taints)
+                for n in self.snapshot.nodes
+            ]
+        return self._empty_rooms
+
+    def stale_after(self, max_age: float) -> datetime | None:
+        """When this heartbeat turns stale; None: never (no observation time)."""
+        if self.observed is None:
+            return None
+        return self.observed + timedelta(seconds=max_age)
+
+    def _admitting_nodes(self, demand: PodDemand) -> list[int]:
+        key = demand.admission_key
+        found = self._admitting.get(key)
+        if found is None:
+            found = self._admitting[key] = admitting_nodes(self.snapshot.nodes, demand)
+        return found
+
+    def _shape(self, profile: JobProfile, shape_id: int) -> _ShapeState:
+        shape = self.shapes.get(shape_id)
+        if shape is None:
+            if len(self.shapes) >= _MAX_SHAPES_PER_CLUSTER:
+                self.shapes.clear()
+            candidates = [self._admitting_nodes(d) for d in profile.ordered]
+            shape = self.shapes[shape_id] = _ShapeState(candidates, profile)
+        if not shape.judged:
+            shape.never, shape.judged = self._never(profile, shape), True
+        return shape
+
+    def _never(self, profile: JobProfile, shape: _ShapeState) -> Verdict | None:
+        snapshot = self.snapshot
+        if profile.problem is not None:
+            return rejected(self.name, profile.problem, never=True)
+        unmet = [str(r) for r in profile.cluster_selector if not r.matches(snapshot.labels)]
+        if unmet:
+            return rejected(
+                self.name,
+                f"cluster labels do not satisfy the job's {CLUSTER_SELECTOR} ({', '.join(unmet)})",
+                never=True,
+            )
+        if snapshot.namespaces is not None and profile.namespace not in snapshot.namespaces:
+            return rejected(
+                self.name,
+                f"namespace {profile.namespace!r} is not allowed on this cluster",
+                never=True,
+            )
+        refusal = policy_refusal(profile.privileges, snapshot.policy)
+        if refusal is not None:
+            return rejected(self.name, refusal, never=True)
+        nodes = self.snapshot.nodes
+        fits, _ = surely_fits(
+            lambda i: nodes[i].allocatable,
+            self.pod_slot,
+            profile.ordered,
+            shape.candidates,
+            shape.common,
+            shape.largest,
+        )
+        if fits:
+            return None
+        empty_fit = gang_fit(
+            self.empty_rooms, profile.ordered, candidates=shape.candidates, ordered=True
+        )
+        if not empty_fit.fits:
+            return rejected(self.name, f"can never fit: {empty_fit.reason}", never=True)
+        return None
+
+    def judge(self, profile: JobProfile, shape_id: int, context: Context) -> Verdict:
+        """This cluster's verdict for the job, all filters and the score included (the
+        job's own exclusions aside)."""
+        shape = self.shapes.get(shape_id)
+        if shape is None or not shape.judged:
+            shape = self._shape(profile, shape_id)
+        if shape.never is not None:
+            return shape.never
+        if self.unhealthy is not None:
+            return self.unhealthy
+        if self.observed_at is not None:
+            age = context.now_at - self.observed_at
+            if age > context.max_age:
+                return rejected(
+                    self.name,
+                    f"heartbeat is stale ({age:.0f}s old, limit {context.max_age:.0f}s)",
+                    timed=True,
+                )
+        if context.reservations is None:
+            version: object = 0
+        else:
+            version_of = context.version_of
+            version = version_of(self.name) if version_of is not None else None
+        verdict = shape.now
+        if (
+            verdict is None
+            or version is None
+            or verdict.version != version
+            or verdict.max_cost != context.max_cost
+        ):
+            verdict = shape.now = self._judge_capacity(profile, shape, context, version)
+        return verdict
+
+    def _at(self, reservations: Reservations | None, version: object) -> None:
+        """Bring the after-reservations state to `version` (None: always recompute)."""
+        if version is not None and version == self._version:
+            return
+        self._version = version
+        self._rooms_now = None
+        if reservations is None:
+            self._reserved, self._free_now = {}, self.free
+            return
+        self._reserved = reservations.on_node(self.name)
+        self._free_now = {r: v - reservations.total(self.name, r) for r, v in self.free.items()}
+        if isinstance(reservations, VersionedReservations):
+            self._node_versions = reservations.node_versions.get(self.name, {})
+        else:
+            self._patched = {}
+
+    def free_of(self, index: int) -> dict[str, Decimal]:
+        """Node `index`'s free amounts after reservations."""
+        name = self.node_names[index]
+        held = self._reserved.get(name)
+        if not held:
+            return self.base_free[index]
+        version = self._node_versions.get(name, 0)
+        known = self._patched.get(index)
+        if known is not None and known[0] == version:
+            return known[1]
+        patched = {r: v - held.get(r, _ZERO) for r, v in self.base_free[index].items()}
+        self._patched[index] = (version, patched)
+        return patched
+
+    def _rooms(self) -> list[NodeRoom]:
+        if self._rooms_now is None:
+            self._rooms_now = [
+                NodeRoom(room.name, self.free_of(i), room.labels, room.taints)
+                for i, room in enumerate(self.empty_rooms)
+            ]
+        return self._rooms_now
+
+    def _judge_capacity(
+        self, profile: JobProfile, shape: _ShapeState, context: Context, version: object
+    ) -> Verdict:
+        self._at(context.reservations, version)
+        usage: Usage | None = None
+        ordered = profile.ordered
+        fits, placed = surely_fits(
+            self.free_of, self.pod_slot, ordered, shape.candidates, shape.common, shape.largest
+        )
+        reason: str | None = None
+        if fits is None:
+            usage, failure = best_fit(
+                self.free_of, self.node_names, self.pod_slot, ordered, shape.candidates
+            )
+            fits = usage is not None
+            if failure is not None:
+                at, placed = failure
+                reason = shortage(self._rooms(), ordered[at], placed, shape.candidates[at])
+        elif not fits:
+            reason = shortage(self._rooms(), ordered[0], placed, shape.candidates[0])
+        if not fits:
+            verdict = rejected(self.name, f"not enough free capacity now: {reason}")
+        else:
+            scorer = context.scorer
+            parts = scorer.parts(
+                ScoreInput(
+                    self.snapshot,
+                    self._free_now,
+                    profile.total,
+                    profile.demands,
+                    profile.preferred_clusters,
+                    context.max_cost,
+                    self.capacity,
+                )
+            )
+            score = round(scorer.combine(parts), 3)
+            verdict = Verdict(
+                ClusterScore(name=self.name, feasible=True, score=score),
+                (False, -score, self.name),
+                feasible=True,
+                usage=usage,
+                parts=parts,
+            )
+        verdict.version, verdict.max_cost = version, context.max_cost
+        return verdict
+
+    def pack(
+        self, profile: JobProfile, shape_id: int, context: Context, verdict: Verdict
+    ) -> Usage | None:
+        """Where exactly the gang goes on this cluster now (best fit per node)."""
+        if verdict.usage is None:
+            reservations = context.reservations
+            self._at(reservations, verdict.version)
+            shape = self._shape(profile, shape_id)
+            ordered = profile.ordered
+            log = (
+                reservations.node_log(self.name)
+                if isinstance(reservations, VersionedReservations)
+                else None
+            )
+            changed = log.since(shape.log_end) if log is not None else None
+            if shape.packing is None or (changed is None and reservations is not None):
+                shape.packing = self._packing_heaps(ordered, shape)
+                shape.outdated = set()
+            elif changed or shape.outdated:
+                where = self.node_index
+                moved = {i for node in changed or () if (i := where.get(node)) is not None}
+                moved |= shape.outdated
+                shape.outdated = set()
+                for heap, demand, allowed in zip(
+                    shape.packing, ordered, shape.admitted, strict=True
+                ):
+                    heap.refresh(self.free_of, self.pod_slot, demand, moved & allowed)
+            if log is not None:
+                shape.log_end = log.end
+            verdict.usage = best_fit_from(
+                self.free_of, self.node_names, self.pod_slot, ordered, shape.packing, shape.admitted
+            )
+        return verdict.usage
+
+    def _packing_heaps(self, ordered: Sequence[PodDemand], shape: _ShapeState) -> list[PackingHeap]:
+        resources = columns_for(ordered)
+        if resources is None:
+            return [
+                PackingHeap.scan(self.free_of, self.pod_slot, demand, candidates)
+                for demand, candidates in zip(ordered, shape.candidates, strict=True)
+            ]
+        columns = {r: self._column_now(r) for r in resources}
+        count = len(self.node_names)
+        heaps = []
+        for candidates, demand in zip(shape.candidates, ordered, strict=True):
+            admitted = [False] * count
+            for index in candidates:
+                admitted[index] = True
+            heaps.append(PackingHeap.from_columns(columns, demand, admitted))
+        return heaps
+
+    def _column_now(self, resource: str) -> list[Decimal]:
+        """Every node's free amount of `resource` after reservations, as a fresh list
+        (`pods`: infinite on nodes that do not count pods)."""
+        base = self._base_columns.get(resource)
+        if base is None:
+            missing = _INFINITE if resource == _POD_SLOT else _ZERO
+            base = self._base_columns[resource] = [f.get(resource, missing) for f in self.base_free]
+        column = base.copy()
+        where = self.node_index
+        for node, held in self._reserved.items():
+            amount = held.get(resource)
+            index = where.get(node)
+            if amount and index is not None and resource in self.base_free[index]:
+                column[index] -= amount
+        return column
+
+
+class Board:
+    """One job shape's verdicts on every cluster of its last decision, ranked."""
+
+    def __init__(self, shape_id: int) -> None:
+        self.shape_id = shape_id
+        self.ids: list[int] = []
+        self.facts: list[ClusterFacts] = []
+        self.verdicts: list[Verdict] = []
+        self.position: dict[str, int] = {}
+        self.keys: list[tuple[bool, float, str]] = []
+        """Sort keys of the verdicts, ascending: best feasible first, then rejections."""
+        self.scores: list[ClusterScore] = []
+        """The ClusterScores in `keys` order."""
+        self.log_end = 0
+        self.max_age = -1.0
+        self.max_cost = -1.0
+        self.check_ages_at: datetime | None = None
+        """From then on some fresh cluster may have gone stale: judge every age again."""
+        self.timed: set[int] = set()
+        self.possible = 0
+        """Clusters whose verdict is not `never`."""
+
+    def build(
+        self,
+        ids: list[int],
+        facts: list[ClusterFacts],
+        profile: JobProfile,
+        context: Context,
+        log_end: int,
+    ) -> None:
+        self.ids, self.facts = ids, facts
+        self.position = {f.name: i for i, f in enumerate(facts)}
+        self.verdicts = [f.judge(profile, self.shape_id, context) for f in facts]
+        ranked = sorted(zip((v.sort_key for v in self.verdicts), self.verdicts, strict=True))
+        self.keys = [k for k, _ in ranked]
+        self.scores = [v.score for _, v in ranked]
+        self.log_end = log_end
+        self.max_age, self.max_cost = context.max_age, context.max_cost
+        self.timed = {i for i, v in enumerate(self.verdicts) if v.timed}
+        self.possible = sum(1 for v in self.verdicts if not v.never)
+        self.check_ages_at = self.earliest_stale(context)
+
+    def earliest_stale(self, context: Context) -> datetime | None:
+        """The first time a cluster that is fresh now turns stale."""
+        times = [
+            t
+            for f, v in zip(self.facts, self.verdicts, strict=True)
+            if not v.never
+            and f.unhealthy is None
+            and (t := f.stale_after(context.max_age)) is not None
+            and t >= context.now
+        ]
+        return min(times) if times else None
+
+    def update(
+        self,
+        positions: set[int],
+        refreshed: set[int],
+        profile: JobProfile,
+        context: Context,
+        log_end: int,
+    ) -> None:
+        """Judge `positions` again; `refreshed` have a new snapshot (a new heartbeat age)."""
+        for index in positions:
+            old = self.verdicts[index]
+            new = self.facts[index].judge(profile, self.shape_id, context)
+            if new is old:
+                continue
+            self.verdicts[index] = new
+            at = bisect.bisect_left(self.keys, old.sort_key)
+            del self.keys[at]
+            del self.scores[at]
+            at = bisect.bisect_left(self.keys, new.sort_key)
+            self.keys.insert(at, new.sort_key)
+            self.scores.insert(at, new.score)
+            self.possible += int(old.never) - int(new.never)
+            if new.timed:
+                self.timed.add(index)
+            else:
+                self.timed.discard(index)
+            if index not in refreshed:
+                continue
+            stale_at = self.facts[index].stale_after(context.max_age)
+            if (
+                not new.never
+                and stale_at is not None
+                and stale_at >= context.now
+                and (self.check_ages_at is None or stale_at < self.check_ages_at)
+            ):
+                self.check_ages_at = stale_at
+        self.log_end = log_end
+
+    def best(self) -> Iterator[int]:
+        """Positions of the feasible clusters, best score first, the earlier listed first on
+        equal scores (read lazily: usually only the first is wanted)."""
+        keys, where = self.keys, self.position
+        start = 0
+        while start < len(keys) and not keys[start][0]:
+            score = keys[start][1]
+            end = start
+            while end < len(keys) and not keys[end][0] and keys[end][1] == score:
+                end += 1
+            yield from sorted(where[key[2]] for key in keys[start:end])
+            start = end
+
+
+class PlacementCache:
+    """Per cluster, the facts of its newest snapshot; per job shape, a board.
+
+    Tied to one scorer and one reservations book (a new pair clears it); entries are checked
+    against the snapshot objects and reservation versions of each call, so a stale entry is
+    never used, only replaced.
+    """
+
+    def __init__(self) -> None:
+        self._facts: dict[str, ClusterFacts] = {}
+        self._boards: OrderedDict[int, Board] = OrderedDict()
+        self._shape_ids: dict[tuple[object, ...], int] = {}
+        self._next_shape = 0
+        self._bound: tuple[WeightedScorer, Reservations | None] | None = None
+
+    def bind(self, scorer: WeightedScorer, reservations: Reservations | None) -> None:
+        bound = self._bound
+        if bound is None or bound[0] is not scorer or bound[1] is not reservations:
+            self._facts.clear()
+            self._boards.clear()
+            self._bound = (scorer, reservations)
+
+    def shape_id(self, profile: JobProfile) -> int:
+        """A number for the job's shape, so per-cluster lookups need not hash the shape."""
+        found = self._shape_ids.get(profile.key)
+        if found is None:
+            if len(self._shape_ids) >= _MAX_SHAPE_IDS:
+                self._shape_ids.clear()  # ids are never reused, so old entries just age out
+            found = self._shape_ids[profile.key] = self._next_shape
+            self._next_shape += 1
+        return found
+
+    def facts(self, snapshot: ClusterSnapshot) -> ClusterFacts:
+        facts = self._facts.get(snapshot.name)
+        if facts is None or facts.snapshot is not snapshot:
+            facts = self._facts[snapshot.name] = ClusterFacts(snapshot, facts)
+        return facts
+
+    def board(
+        self,
+        profile: JobProfile,
+        shape_id: int,
+        clusters: Sequence[ClusterSnapshot],
+        context: Context,
+    ) -> Board | None:
+        """The shape's board brought up to date for `clusters`; None when boards cannot be
+        kept (reservations without a change log, or clusters sharing a name)."""
+        reservations = context.reservations
+        log_end = 0
+        if reservations is not None:
+            if not isinstance(reservations, VersionedReservations):
+                return None
+            log_end = reservations.changes.end
+        ids = list(map(id, clusters))
+        board = self._boards.get(shape_id)
+        if board is not None:
+            self._boards.move_to_end(shape_id)
+            changed: list[str] | None = []
+            if isinstance(reservations, VersionedReservations):
+                changed = reservations.changes.since(board.log_end)
+            if (
+                changed is not None
+                and len(ids) == len(board.ids)
+                and board.max_age == context.max_age
+                and board.max_cost == context.max_cost
+            ):
+                found = self._changes(board, ids, clusters, changed)
+                if found is not None:
+                    positions, refreshed = found
+                    if board.check_ages_at is not None and context.now > board.check_ages_at:
+                        board.check_ages_at = None
+                        board.update(set(range(len(ids))), set(), profile, context, log_end)
+                        board.check_ages_at = board.earliest_stale(context)
+                    else:
+                        positions |= board.timed
+                        board.update(positions, refreshed, profile, context, log_end)
+                    return board
+        facts = [self.facts(c) for c in clusters]
+        if len({f.name for f in facts}) != len(facts):
+            return None
+        if board is None:
+            board = self._boards[shape_id] = Board(shape_id)
+            if len(self._boards) > _MAX_BOARDS:
+                self._boards.popitem(last=False)
+        board.build(ids, facts, profile, context, log_end)
+        return board
+
+    def _changes(
+        self,
+        board: Board,
+        ids: list[int],
+        clusters: Sequence[ClusterSnapshot],
+        changed: list[str],
+    ) -> tuple[set[int], set[int]] | None:
+        """Positions to judge again, and those of them with a new snapshot; None when the
+        list of clusters itself changed."""
+        refreshed: set[int] = set()
+        if ids != board.ids:
+            for index in compress(range(len(ids)), map(operator.ne, ids, board.ids)):
+                snapshot = clusters[index]
+                if snapshot.name != board.facts[index].name:
+                    return None
+                board.facts[index] = self.facts(snapshot)
+                refreshed.add(index)
+            board.ids = ids
+        positions = set(refreshed)
+        where = board.position
+        for name in changed:
+            found = where.get(name)
+            if found is not None:
+                positions.add(found)
+        return positions, refreshed

@@ -1,0 +1,106 @@
+"""Pod security policy: privileged containers, hostPath volumes, hostNetwork and hostPID are
+refused on a cluster unless its `policy` allows them.
+
+A job is judged on every pod template it would create; any value other than absent or
+`false` counts as asking, so a malformed `hostNetwork: "yes"` is refused rather than missed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from schemas.cluster import ClusterPolicy
+from schemas.kubeflow import AnyJob
+from schemas.pod import Container, PodSpec
+
+Privilege = Literal["privileged", "hostPath", "hostNetwork", "hostPID"]
+
+_ALLOWED_BY: dict[Privilege, str] = {
+    "privileged": "allowPrivileged",
+    "hostPath": "allowHostPath",
+    "hostNetwork": "allowHostNetwork",
+    "hostPID": "allowHostPID",
+}
+_WHAT: dict[Privilege, str] = {
+    "privileged": "privileged containers are",
+    "hostPath": "hostPath volumes are",
+    "hostNetwork": "hostNetwork is",
+    "hostPID": "hostPID is",
+}
+
+
+@dataclass(frozen=True)
+class PrivilegeRequest:
+    privilege: Privilege
+    where: str
+    """The field that asks, e.g. `Worker: containers[jax].securityContext.privileged`."""
+
+
+def _asks(value: object) -> bool:
+    return value is not None and value is not False
+
+
+def _extra(model: PodSpec | Container) -> Mapping[str, Any]:
+    return model.model_extra or {}
+
+
+def _containers(pod: PodSpec) -> Iterator[tuple[str, Any]]:
+    for field_name, listed in (
+        ("containers", pod.containers),
+        ("initContainers", pod.initContainers or []),
+    ):
+        for container in listed:
+            yield f"{field_name}[{container.name}]", _extra(container).get("securityContext")
+    ephemeral = _extra(pod).get("ephemeralContainers")
+    if isinstance(ephemeral, list):
+        for i, container in enumerate(ephemeral):
+            if isinstance(container, Mapping):
+                yield f"ephemeralContainers[{i}]", container.get("securityContext")
+
+
+def requested_privileges(job: AnyJob) -> tuple[PrivilegeRequest, ...]:
+    """Every place in the job's pod templates that asks for a host privilege."""
+    found: list[PrivilegeRequest] = []
+    for rtype, rspec in job.replica_specs.items():
+        pod = rspec.template.spec
+        extra = _extra(pod)
+        for privilege in ("hostNetwork", "hostPID"):
+            if _asks(extra.get(privilege)):
+                found.append(PrivilegeRequest(privilege, f"{rtype}: {privilege}"))
+        volumes = extra.get("volumes")
+        if isinstance(volumes, list):
+            for i, volume in enumerate(volumes):
+                if isinstance(volume, Mapping) and _asks(volume.get("hostPath")):
+                    name = volume.get("name")
+                    label = name if isinstance(name, str) and len(name) <= 63 else str(i)
+                    where = f"{rtype}: volumes[{label}].hostPath"
+                    found.append(PrivilegeRequest("hostPath", where))
+        for where, context in _containers(pod):
+            if isinstance(context, Mapping):
+                if _asks(context.get("privileged")):
+                    field_path = f"{rtype}: {where}.securityContext.privileged"
+                    found.append(PrivilegeRequest("privileged", field_path))
+            elif context:
+                # Not a mapping at all: Kubernetes would refuse it, and so do we.
+                found.append(PrivilegeRequest("privileged", f"{rtype}: {where}.securityContext"))
+    return tuple(found)
+
+
+def policy_refusal(requests: tuple[PrivilegeRequest, ...], policy: ClusterPolicy) -> str | None:
+    """Why a cluster with `policy` refuses pods asking for `requests`; None when it accepts."""
+    refused: dict[Privilege, list[str]] = {}
+    for request in requests:
+        if not getattr(policy, _ALLOWED_BY[request.privilege]):
+            refused.setdefault(request.privilege, []).append(request.where)
+    if not refused:
+        return None
+    parts = []
+    for privilege, places in refused.items():
+        shown = ", ".join(places[:3]) + (f" and {len(places) - 3} more" if len(places) > 3 else "")
+        parts.append(
+            f"{_WHAT[privilege]} not allowed here ({shown}; "
+            f"policy.{_ALLOWED_BY[privilege]} is false)"
+        )
+    return "pod security policy: " + "; ".join(parts)

@@ -1,0 +1,104 @@
+"""Fairness: priority first, queues take turns, FIFO inside a queue, in-flight limits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dispatcher.fairness import (
+    FairnessConfig,
+    QueueTurns,
+    admission_order,
+    in_flight_by_queue,
+)
+from dispatcher.ledger import JobRecord
+from schemas.job_parsing import parse_job
+from schemas.status import JobPhase
+from tests.helpers import jax_job
+
+
+def record(
+    name: str,
+    at: float,
+    queue: str | None = None,
+    priority: str | None = None,
+    phase: JobPhase = JobPhase.QUEUED,
+) -> JobRecord:
+    doc: dict[str, Any] = jax_job(name, workers=1)
+    policy = {k: v for k, v in (("queue", queue), ("priorityClass", priority)) if v}
+    if policy:
+        doc["spec"]["runPolicy"]["schedulingPolicy"] = policy
+    made = JobRecord.of(parse_job(doc), phase)
+    made.queued_at = at
+    return made
+
+
+def names(order: list[tuple[JobRecord, str | None]]) -> list[str | None]:
+    return [r.name for r, _ in order]
+
+
+CONFIG = FairnessConfig(priority_classes={"high": 100, "low": -5})
+
+
+def test_higher_priority_first_then_queues_take_turns_fifo_inside() -> None:
+    records = [
+        record("a1", 1, "a"),
+        record("a2", 2, "a"),
+        record("a3", 3, "a"),
+        record("b1", 4, "b"),
+        record("b2", 5, "b"),
+        record("urgent", 9, "b", "high"),
+        record("later", 0, None, "low"),
+        record("d1", 6),
+    ]
+    order = admission_order(records, {}, CONFIG)
+    assert names(order) == ["urgent", "a1", "b1", "d1", "a2", "b2", "a3", "later"]
+    assert all(reason is None for _, reason in order)
+
+
+def test_unknown_priority_classes_get_the_default() -> None:
+    order = admission_order(
+        [record("x", 1, priority="nobody-knows"), record("y", 2, priority="high")], {}, CONFIG
+    )
+    assert names(order) == ["y", "x"]
+
+
+def test_turns_carry_over_between_passes_so_a_burst_cannot_starve_a_queue() -> None:
+    turns = QueueTurns(FairnessConfig())
+    burst = [record(f"a{i}", i, "a") for i in range(50)]
+    late = record("b0", 100, "b")
+    waiting = [*burst, late]
+    placed: list[str | None] = []
+    for _ in range(4):  # room for one job per pass
+        first, _ = turns.order(waiting, waiting)[0]
+        placed.append(first.name)
+        turns.placed(first)
+        waiting.remove(first)
+    assert placed == ["a0", "b0", "a1", "a2"]
+
+
+def test_queue_limits_hold_jobs_back_with_the_reason() -> None:
+    config = FairnessConfig(queue_limits={"a": 2}, default_queue_limit=10)
+    running = [
+        record("r1", 0, "a", phase=JobPhase.RUNNING),
+        record("s1", 0, "a", phase=JobPhase.SUSPENDED),
+    ]
+    done = [record("d1", 0, "a", phase=JobPhase.SUCCEEDED)]
+    queued = [record("a1", 1, "a"), record("b1", 2, "b")]
+    in_flight = in_flight_by_queue([*running, *done, *queued], config)
+    assert in_flight == {"a": 2}
+    order = admission_order(queued, in_flight, config)
+    assert names(order) == ["b1", "a1"]
+    assert order[0][1] is None
+    assert order[1][1] == "queue 'a' is at its limit of 2 jobs in flight (2 running or assigned)"
+
+
+def test_a_limit_counts_the_jobs_offered_in_the_same_pass() -> None:
+    config = FairnessConfig(default_queue_limit=2)
+    queued = [record(f"q{i}", i, "q") for i in range(4)]
+    order = admission_order(queued, {"q": 1}, config)
+    assert [(r.name, reason is None) for r, reason in order] == [
+        ("q0", True),
+        ("q1", False),
+        ("q2", False),
+        ("q3", False),
+    ]

@@ -1,0 +1,483 @@
+"""The fast paths of placement decide exactly as the plain algorithm does.
+
+`reference_gang_fit` is the straightforward per-pod best fit placement started with (every
+node scanned for every pod); the heap, the slot counting and the caches must agree with it
+on the usage and on the reason, and cached decisions must equal fresh ones through any
+sequence of placements, releases, heartbeats and passing time.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dispatcher.demand import PodDemand, job_demand, packing_order
+from dispatcher.gang_fit import (
+    FitResult,
+    NodeRoom,
+    Usage,
+    admission_problem,
+    admitting_nodes,
+    gang_fit,
+    largest_pod,
+    surely_fits,
+)
+from dispatcher.placement import Placer, plan_placement
+from dispatcher.placement_cache import PlacementCache
+from dispatcher.placement_config import PlacementConfig
+from dispatcher.reservation_versions import VersionedReservations
+from dispatcher.reservations import Reservations
+from schemas.cluster import ClusterPolicy, ClusterSnapshot, NodeSnapshot, Taint
+from schemas.job_parsing import parse_job
+from schemas.quantity import format_quantity
+
+GI = 2**30
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+# -- the plain algorithm, as a reference ----------------------------------------------------
+
+
+def _needs(demand: PodDemand, node: NodeRoom) -> dict[str, Decimal]:
+    needs = dict(demand.requests)
+    if "pods" in node.free:
+        needs["pods"] = needs.get("pods", Decimal(0)) + 1
+    return needs
+
+
+def _room_after(node: NodeRoom, needs: dict[str, Decimal]) -> Decimal | None:
+    slack: Decimal | None = None
+    for resource, amount in needs.items():
+        if amount <= 0:
+            continue
+        left = node.free.get(resource, Decimal(0)) - amount
+        if left < 0:
+            return None
+        slack = left if slack is None else min(slack, left)
+    return slack if slack is not None else Decimal(0)
+
+
+def _shortage(nodes: list[NodeRoom], demand: PodDemand, placed: int) -> str:
+    admitting = [n for n in nodes if admission_problem(n, demand) is None]
+    if not admitting:
+        problems = sorted({admission_problem(n, demand) or "" for n in nodes})
+        detail = "; ".join(problems) if nodes else "the cluster has no nodes"
+        return f"no node admits {demand.replica_type} pods ({detail})"
+    short = []
+    for resource, amount in _needs(demand, admitting[0]).items():
+        best = max(n.free.get(resource, Decimal(0)) for n in admitting)
+        if best < amount:
+            short.append(
+                f"{resource}: needs {format_quantity(amount)} per pod, "
+                f"most on one node {format_quantity(max(best, Decimal(0)))}"
+            )
+    if short:
+        return f"{demand.replica_type} pod does not fit on any node ({'; '.join(short)})"
+    return (
+        f"not enough nodes for the whole gang at once: room for {placed} of "
+        f"{demand.count} {demand.replica_type} pods next to the other replicas"
+    )
+
+
+def reference_gang_fit(nodes: list[NodeRoom], demands: list[PodDemand]) -> FitResult:
+    rooms = [NodeRoom(n.name, dict(n.free), n.labels, n.taints) for n in nodes]
+    usage: Usage = {}
+    for demand in packing_order(demands):
+        for placed in range(demand.count):
+            best: tuple[Decimal, NodeRoom, dict[str, Decimal]] | None = None
+            for room in rooms:
+                if admission_problem(room, demand) is not None:
+                    continue
+                needs = _needs(demand, room)
+                slack = _room_after(room, needs)
+                if slack is not None and (best is None or slack < best[0]):
+                    best = (slack, room, needs)
+            if best is None:
+                return FitResult(False, reason=_shortage(nodes, demand, placed))
+            _, room, needs = best
+            node_usage = usage.setdefault(room.name, {})
+            for resource, amount in needs.items():
+                room.free[resource] = room.free.get(resource, Decimal(0)) - amount
+                node_usage[resource] = node_usage.get(resource, Decimal(0)) + amount
+    return FitResult(True, usage=usage)
+
+
+# -- strategies -----------------------------------------------------------------------------
+
+amounts = st.sampled_from([Decimal(0), Decimal("0.5"), Decimal(1), Decimal(2), Decimal(4)])
+
+
+@st.composite
+def node_rooms(draw: st.DrawFn, index: int) -> NodeRoom:
+    free = {"cpu": draw(amounts), "memory": draw(amounts) * GI}
+    if draw(st.booleans()):
+        free["pods"] = draw(st.sampled_from([Decimal(0), Decimal(1), Decimal(3), Decimal(110)]))
+    if draw(st.booleans()):
+        free["nvidia.com/gpu"] = draw(st.sampled_from([Decimal(-1), Decimal(0), Decimal(2)]))
+    labels = {"zone": draw(st.sampled_from(["a", "b"]))}
+    taints = (
+        [Taint(key="dedicated", value="ml", effect="NoSchedule")]
+        if draw(st.integers(0, 5)) == 0
+        else []
+    )
+    return NodeRoom(f"n{index}", free, labels, taints)
+
+
+@st.composite
+def pod_demands(draw: st.DrawFn, replica_type: str) -> PodDemand:
+    requests = {"cpu": draw(amounts), "memory": draw(amounts) * GI}
+    if draw(st.integers(0, 3)) == 0:
+        requests["nvidia.com/gpu"] = draw(st.sampled_from([Decimal(1), Decimal(2)]))
+    selector = {"zone": "a"} if draw(st.integers(0, 4)) == 0 else {}
+    return PodDemand(replica_type, draw(st.integers(1, 5)), requests, selector)
+
+
+@st.composite
+def gangs(draw: st.DrawFn) -> tuple[list[NodeRoom], list[PodDemand]]:
+    nodes = [draw(node_rooms(i)) for i in range(draw(st.integers(0, 6)))]
+    types = draw(st.sampled_from([["Worker"], ["Master", "Worker"], ["A", "B", "C"]]))
+    return nodes, [draw(pod_demands(t)) for t in types]
+
+
+@settings(max_examples=400, deadline=None)
+@given(gangs())
+def test_gang_fit_matches_the_plain_algorithm(gang: tuple[list[NodeRoom], list[PodDemand]]) -> None:
+    nodes, demands = gang
+    expected = reference_gang_fit(nodes, demands)
+    assert gang_fit(nodes, demands) == expected
+    ordered = packing_order(demands)
+    candidates = [admitting_nodes(nodes, d) for d in ordered]
+    common = sorted(set(candidates[0]).intersection(*candidates[1:]))
+    fits, placed = surely_fits(
+        lambda i: nodes[i].free,
+        ["pods" in n.free for n in nodes],
+        ordered,
+        candidates,
+        common,
+        largest_pod(ordered) if len(ordered) > 1 else None,
+    )
+    if fits is not None:
+        assert fits == expected.fits
+    if fits is False:
+        assert (
+            f"room for {placed} of" in (expected.reason or "")
+            or "does not fit" in (expected.reason or "")
+            or "no node admits" in (expected.reason or "")
+        )
+
+
+# -- cached decisions equal fresh ones ---------------------------------------------------------
+
+
+def _job(index: int, draw: st.DrawFn) -> dict[str, Any]:
+    cpu = draw(st.sampled_from(["1", "2", "500m"]))
+    spec: dict[str, Any] = {
+        "containers": [
+            {"name": "jax", "image": "x", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}
+        ]
+    }
+    kind = draw(st.integers(0, 14))
+    if kind == 0:
+        spec["nodeSelector"] = {"zone": "a"}
+    elif kind == 1:
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": "zone", "operator": "NotIn", "values": ["b"]}
+                            ]
+                        }
+                    ]
+                }
+            }
+        }
+    elif kind == 2:
+        spec["hostNetwork"] = True
+    annotations = {}
+    if draw(st.integers(0, 5)) == 0:
+        annotations["trainhub.io/cluster-selector"] = "region=eu"
+    if draw(st.integers(0, 5)) == 0:
+        annotations["trainhub.io/preferred-cluster-labels"] = "tier=gold"
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "JAXJob",
+        "metadata": {
+            "name": f"j{index}",
+            "namespace": draw(st.sampled_from(["default", "default", "team"])),
+            "annotations": annotations,
+        },
+        "spec": {
+            "runPolicy": {"managedBy": "trainhub.io/dispatcher"},
+            "jaxReplicaSpecs": {
+                "Worker": {"replicas": draw(st.integers(1, 3)), "template": {"spec": spec}}
+            },
+        },
+    }
+
+
+def _snapshot(name: str, draw: st.DrawFn, sequence: int, at: datetime) -> ClusterSnapshot:
+    nodes = []
+    for i in range(draw(st.integers(1, 4))):
+        cpu = draw(st.sampled_from([2, 4, 8]))
+        nodes.append(
+            NodeSnapshot(
+                name=f"{name}-{i}",
+                allocatable={"cpu": cpu, "memory": 16 * GI, "pods": 110},
+                requested={"cpu": draw(st.integers(0, cpu))},
+                labels={"zone": draw(st.sampled_from(["a", "b"]))},
+            )
+        )
+    return ClusterSnapshot(
+        name=name,
+        nodes=nodes,
+        observedAt=at,
+        sequence=sequence,
+        healthy=draw(st.integers(0, 9)) > 0,
+        namespaces=draw(st.sampled_from([None, None, ["default"]])),
+        labels={"region": draw(st.sampled_from(["eu", "us"])), "tier": "gold"},
+        policy=ClusterPolicy(allowHostNetwork=draw(st.booleans())),
+        weight=draw(st.sampled_from([None, 10.0, 90.0])),
+        cost=draw(st.sampled_from([None, 1.0, 3.0])),
+    )
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_cached_decisions_equal_fresh_ones(data: st.DataObject) -> None:
+    draw = data.draw
+    names = ["east", "north", "west"]
+    now = NOW
+    sequence = 0
+    clusters = {n: _snapshot(n, draw, 0, now) for n in names}
+    weights = draw(
+        st.sampled_from(
+            [
+                {"least-allocated": 1.0},
+                {"most-allocated": 1.0, "cluster-weight": 1.0},
+                {"least-allocated": 1.0, "cost": 2.0, "cluster-affinity": 1.0},
+            ]
+        )
+    )
+    placer = Placer(PlacementConfig(scoring=weights))
+    versioned, plain = VersionedReservations(), Reservations()
+    placed: list[str] = []
+    for step in range(draw(st.integers(5, 40))):
+        action = draw(st.integers(0, 9))
+        if action <= 5:
+            job = parse_job(_job(step, draw))
+            listed = [clusters[n] for n in names]
+            excluded = frozenset(draw(st.sampled_from([(), (), ("west",)])))
+            fast = placer.plan(
+                job,
+                listed,
+                reservations=versioned,
+                now=now,
+                excluded=excluded,
+                max_heartbeat_age=30,
+            )
+            slow = plan_placement(
+                job,
+                listed,
+                reservations=plain,
+                scorer=placer.scorer,
+                now=now,
+                excluded=excluded,
+                max_heartbeat_age=30,
+                cache=PlacementCache(),
+            )
+            assert fast.decision == slow.decision
+            assert fast.usage == slow.usage
+            assert fast.never_fits == slow.never_fits
+            if fast.chosen is not None:
+                versioned.reserve(fast.chosen, job.uid, fast.usage)
+                plain.reserve(fast.chosen, job.uid, fast.usage)
+                placed.append(job.uid)
+        elif action <= 6 and placed:
+            uid = placed.pop(draw(st.integers(0, len(placed) - 1)))
+            versioned.release(uid)
+            plain.release(uid)
+        elif action == 7 or (action == 8 and draw(st.booleans())):
+            name = draw(st.sampled_from(names))
+            sequence += 1
+            snapshot = _snapshot(name, draw, sequence, now)
+            if draw(st.booleans()):  # the same nodes, other pods running on them
+                nodes = [
+                    n.model_copy(update={"requested": {"cpu": draw(st.integers(0, 2))}})
+                    for n in clusters[name].nodes
+                ]
+                snapshot = clusters[name].model_copy(
+                    update={"nodes": nodes, "sequence": sequence, "observedAt": now}
+                )
+            seen = draw(st.lists(st.sampled_from(placed), unique=True)) if placed else []
+            snapshot = snapshot.model_copy(update={"jobs": seen})
+            clusters[name] = snapshot
+            versioned.reconcile(snapshot)
+            plain.reconcile(snapshot)
+        else:
+            now += timedelta(seconds=draw(st.sampled_from([1, 20, 40])))
+    assert versioned.count() == plain.count()
+
+
+def test_job_demand_is_read_once_per_replica_type() -> None:
+    job = parse_job(
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": {"name": "pt"},
+            "spec": {
+                "pytorchReplicaSpecs": {
+                    role: {
+                        "replicas": n,
+                        "template": {
+                            "spec": {
+                                "containers": [
+                                    {
+                                        "name": "pytorch",
+                                        "image": "x",
+                                        "resources": {"requests": {"cpu": "1"}},
+                                    }
+                                ]
+                            }
+                        },
+                    }
+                    for role, n in (("Master", 1), ("Worker", 3))
+                }
+            },
+        }
+    )
+    assert [(d.replica_type, d.count) for d in job_demand(job)] == [("Master", 1), ("Worker", 3)]
+
+
+def test_repeated_placements_on_one_cluster_pack_like_fresh_ones() -> None:
+    nodes = [
+        NodeSnapshot(name=f"n{i}", allocatable={"cpu": 4 + i, "memory": 64 * GI, "pods": 110})
+        for i in range(6)
+    ]
+    only = ClusterSnapshot(name="only", nodes=nodes, observedAt=NOW)
+    placer = Placer()
+    versioned, plain = VersionedReservations(), Reservations()
+    for i in range(12):
+        doc = {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "JAXJob",
+            "metadata": {"name": f"r{i}"},
+            "spec": {
+                "runPolicy": {"managedBy": "trainhub.io/dispatcher"},
+                "jaxReplicaSpecs": {
+                    "Worker": {
+                        "replicas": 2,
+                        "template": {
+                            "spec": {
+                                "containers": [
+                                    {
+                                        "name": "jax",
+                                        "image": "x",
+                                        "resources": {"requests": {"cpu": str(1 + i % 2)}},
+                                    }
+                                ]
+                            }
+                        },
+                    }
+                },
+            },
+        }
+        job = parse_job(doc)
+        fast = placer.plan(job, [only], reservations=versioned, now=NOW)
+        slow = plan_placement(job, [only], reservations=plain, now=NOW, cache=PlacementCache())
+        assert (fast.decision, fast.usage) == (slow.decision, slow.usage)
+        if fast.chosen:
+            versioned.reserve("only", job.uid, fast.usage)
+            plain.reserve("only", job.uid, fast.usage)
+        if i % 3 == 2:
+            versioned.release(parse_job({**doc, "metadata": {"name": f"r{i - 2}"}}).uid)
+            plain.release(parse_job({**doc, "metadata": {"name": f"r{i - 2}"}}).uid)
+
+
+def test_packing_follows_a_heartbeat_that_moves_free_capacity_between_nodes() -> None:
+    def snapshot(requested: list[int], sequence: int) -> ClusterSnapshot:
+        nodes = [
+            NodeSnapshot(
+                name=f"n{i}",
+                allocatable={"cpu": 8, "memory": 64 * GI, "pods": 110},
+                requested={"cpu": cpu},
+            )
+            for i, cpu in enumerate(requested)
+        ]
+        return ClusterSnapshot(name="one", nodes=nodes, observedAt=NOW, sequence=sequence)
+
+    def job(name: str) -> Any:
+        return parse_job(
+            {
+                "apiVersion": "kubeflow.org/v1",
+                "kind": "JAXJob",
+                "metadata": {"name": name},
+                "spec": {
+                    "runPolicy": {"managedBy": "trainhub.io/dispatcher"},
+                    "jaxReplicaSpecs": {
+                        "Worker": {
+                            "replicas": 1,
+                            "template": {
+                                "spec": {
+                                    "containers": [
+                                        {
+                                            "name": "jax",
+                                            "image": "x",
+                                            "resources": {"requests": {"cpu": "1"}},
+                                        }
+                                    ]
+                                }
+                            },
+                        }
+                    },
+                },
+            }
+        )
+
+    placer, versioned = Placer(), VersionedReservations()
+    first = placer.plan(job("a"), [snapshot([6, 0, 0], 1)], reservations=versioned, now=NOW)
+    assert first.usage == {"n0": {"cpu": 1, "pods": 1}}
+    # The pods on n0 ended and n2 filled up: best fit must now pick n2.
+    moved = snapshot([0, 0, 5], 2)
+    second = placer.plan(job("b"), [moved], reservations=versioned, now=NOW)
+    fresh = plan_placement(job("b"), [moved], now=NOW, cache=PlacementCache())
+    assert second.usage == fresh.usage == {"n2": {"cpu": 1, "pods": 1}}
+
+
+def test_extreme_quantities_place_without_arithmetic_errors() -> None:
+    huge = NodeSnapshot(name="huge", allocatable={"cpu": "8Ei", "memory": "8Ei", "pods": 110})
+    roomy = ClusterSnapshot(name="roomy", nodes=[huge], observedAt=NOW)
+    for cpu in ("1e-10", "1n", "8Ei", "7Ei"):
+        doc = {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "JAXJob",
+            "metadata": {"name": "tiny"},
+            "spec": {
+                "runPolicy": {"managedBy": "trainhub.io/dispatcher"},
+                "jaxReplicaSpecs": {
+                    "Worker": {
+                        "replicas": 3,
+                        "template": {
+                            "spec": {
+                                "containers": [
+                                    {
+                                        "name": "jax",
+                                        "image": "x",
+                                        "resources": {"requests": {"cpu": cpu, "memory": "1e-10"}},
+                                    }
+                                ]
+                            }
+                        },
+                    }
+                },
+            },
+        }
+        placement = Placer().plan(
+            parse_job(doc), [roomy], reservations=VersionedReservations(), now=NOW
+        )
+        assert placement.chosen == ("roomy" if cpu not in ("8Ei", "7Ei") else None)
