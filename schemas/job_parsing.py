@@ -55,6 +55,8 @@ def parse_job(document: Any) -> AnyJob:
     if _too_deep(document):
         raise JobInvalid(f"the document is nested deeper than {MAX_DEPTH} levels")
     kind = document.get("kind")
+    if not isinstance(kind, str):
+        raise JobInvalid(f"kind: must be a string (got {str(kind)[:64]!r})")
     if kind in REMOVED_KINDS:
         raise JobInvalid(f"kind: {REMOVED_KINDS[kind]}")
     if kind not in JOB_CLASSES:

@@ -85,7 +85,10 @@ async def follow_status(
                     continue
                 if event.type != EventType.JOB_STATUS:
                     continue
-                update = event.data_as(JobStatusUpdate)
+                try:
+                    update = event.data_as(JobStatusUpdate)
+                except ValueError:
+                    continue  # a malformed status is nobody's state; followers skip it
                 if wanted is None or update.uid in wanted:
                     yield update
     finally:
@@ -107,7 +110,10 @@ async def latest_status(bus: Bus, topics: Topics, uids: set[str]) -> JobStatusUp
                 except EventDecodeError:
                     continue
                 if event.type == EventType.JOB_STATUS:
-                    latest = event.data_as(JobStatusUpdate)
+                    try:
+                        latest = event.data_as(JobStatusUpdate)
+                    except ValueError:
+                        continue
             if await subscription.lag() == 0:
                 return latest
     finally:

@@ -160,3 +160,10 @@ def test_quantities() -> None:
     for bad in ("", "1.2.3", "5Xi", "Gi", True, None, "9" * 40):
         with pytest.raises(QuantityError):
             parse_quantity(bad)
+
+
+def test_a_kind_that_is_not_a_string_is_refused_clearly() -> None:
+    doc = jax_job("odd")
+    doc["kind"] = ["JAXJob"]
+    with pytest.raises(JobInvalid, match="kind: must be a string"):
+        parse_job(doc)
