@@ -12,8 +12,9 @@ from typing import Any
 
 import yaml
 
+from trainhub.sandbox.cache import default_cache_dir
 from trainhub.sandbox.errors import SandboxError
-from trainhub.sandbox.kafka_broker import default_cache_dir, start_kafka, stop_kafka
+from trainhub.sandbox.kafka_broker import start_kafka, stop_kafka
 from trainhub.sandbox.kube_cluster import (
     ClusterSpec,
     load_state,

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trainhub.sandbox.cache import default_cache_dir
 from trainhub.sandbox.errors import SandboxError
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -82,12 +83,6 @@ def kafka_version(pom: Path = KAFKA_POM) -> str:
     if node is None or not (node.text or "").strip():
         raise SandboxError(f"{pom} has no <kafka.version> property")
     return (node.text or "").strip()
-
-
-def default_cache_dir() -> Path:
-    """The sandbox cache root: `$TRAINHUB_CACHE_DIR/sandbox` (default `~/.cache/trainhub`)."""
-    base = os.environ.get("TRAINHUB_CACHE_DIR") or str(Path.home() / ".cache" / "trainhub")
-    return Path(base) / "sandbox"
 
 
 def resolve_kafka_classpath(cache_dir: Path | None = None) -> Path:

@@ -17,6 +17,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainhub.sandbox.cache import default_cache_dir
 from trainhub.sandbox.errors import SandboxError
 
 log = logging.getLogger(__name__)
@@ -43,12 +44,6 @@ class KubeBinaries:
     kube_apiserver: Path
     kube_scheduler: Path
     kwok: Path
-
-
-def default_cache_dir() -> Path:
-    """The sandbox cache root: `$TRAINHUB_CACHE_DIR/sandbox` (default `~/.cache/trainhub`)."""
-    base = os.environ.get("TRAINHUB_CACHE_DIR") or str(Path.home() / ".cache" / "trainhub")
-    return Path(base).expanduser() / "sandbox"
 
 
 def kube_bin_dir(cache_dir: Path | None = None) -> Path:
