@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 UNSCHEDULABLE_REASON = "Unschedulable"
 _POLL_TIMEOUT = 0.5
 _STOP_GRACE = 30.0
+_CREATE_CONCURRENCY = 16
 """How long a stopping worker lets the assignments it is handling finish."""
 
 
@@ -364,9 +365,22 @@ class Worker:
             self.metrics.pod_restarts.labels(self.cluster).inc()
         for pod in decision.delete:
             await self.backend.delete_pod(uid, pod.name, pod.namespace)
-        for pod in decision.create:
-            await self._create_pod(run, pod)
+        await self._create_pods(run, decision.create)
         await self._after(run, decision)
+
+    async def _create_pods(self, run: JobRun, pods: list[PodPlan]) -> None:
+        """Create a job's pods concurrently (an apiserver round trip each), a bounded number
+        at a time; the first failure is raised once every create has settled."""
+        limit = asyncio.Semaphore(_CREATE_CONCURRENCY)
+
+        async def create(pod: PodPlan) -> None:
+            async with limit:
+                await self._create_pod(run, pod)
+
+        results = await asyncio.gather(*(create(p) for p in pods), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
 
     async def _create_pod(self, run: JobRun, pod: PodPlan) -> None:
         """The pod and its Service (deleting a pod takes its Service along)."""
