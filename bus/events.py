@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from bus.base import Bus, Record, StartFrom, TopicPartition
 from bus.dead_letters import dead_letter
@@ -117,3 +117,28 @@ class EventConsumer:
         await dead_letter(self._bus, self._dlq, record, reason, self._component)
         if self._on_dead_letter is not None:
             await self._on_dead_letter(record, reason)
+
+
+async def events_to_end(
+    bus: Bus, topic: str, *, keys: set[str] | None = None
+) -> AsyncIterator[CloudEvent]:
+    """Every decodable event of `topic` from its start to its current end (no group), in
+    each partition's order; `keys` keeps only records with those keys. Undecodable records
+    are skipped: the topic's own consumers dead-letter them."""
+    subscription = bus.subscribe([topic], group=None, start_from="earliest")
+    await subscription.start()
+    try:
+        while True:
+            for record in await subscription.poll(timeout=0.2, max_records=5000):
+                if keys is not None and (
+                    record.key is None or record.key.decode(errors="replace") not in keys
+                ):
+                    continue
+                try:
+                    yield decode_event(record.headers, record.value)
+                except EventDecodeError:
+                    continue
+            if await subscription.lag() == 0:
+                return
+    finally:
+        await subscription.stop()

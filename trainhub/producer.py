@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bus.base import Bus
-from bus.events import publish_event
+from bus.events import events_to_end, publish_event
 from bus.topics import Topics
 from schemas.cluster import ClusterSnapshot
 from schemas.codec import decode_event
@@ -97,27 +97,14 @@ async def follow_status(
 
 async def latest_status(bus: Bus, topics: Topics, uids: set[str]) -> JobStatusUpdate | None:
     """The newest status update of any of `uids` on the status topic (read to its end)."""
-    subscription = bus.subscribe([topics.status], group=None, start_from="earliest")
-    await subscription.start()
     latest: JobStatusUpdate | None = None
-    try:
-        while True:
-            for record in await subscription.poll(timeout=0.2):
-                if record.key is None or record.key.decode(errors="replace") not in uids:
-                    continue
-                try:
-                    event = decode_event(record.headers, record.value)
-                except EventDecodeError:
-                    continue
-                if event.type == EventType.JOB_STATUS:
-                    try:
-                        latest = event.data_as(JobStatusUpdate)
-                    except ValueError:
-                        continue
-            if await subscription.lag() == 0:
-                return latest
-    finally:
-        await subscription.stop()
+    async for event in events_to_end(bus, topics.status, keys=uids):
+        if event.type == EventType.JOB_STATUS:
+            try:
+                latest = event.data_as(JobStatusUpdate)
+            except ValueError:
+                continue
+    return latest
 
 
 class LogsUnanswered(TimeoutError):
@@ -188,24 +175,13 @@ async def request_logs(
 
 async def read_clusters(bus: Bus, topics: Topics) -> dict[str, ClusterSnapshot]:
     """The newest heartbeat of every cluster on the clusters topic (read to its end)."""
-    subscription = bus.subscribe([topics.clusters], group=None, start_from="earliest")
-    await subscription.start()
     clusters: dict[str, ClusterSnapshot] = {}
-    try:
-        while True:
-            for record in await subscription.poll(timeout=0.2):
-                try:
-                    event = decode_event(record.headers, record.value)
-                except EventDecodeError:
-                    continue
-                if event.type != EventType.CLUSTER_HEARTBEAT:
-                    continue
-                # One partition, in the order written: the last heartbeat is the newest.
-                snapshot = event.data_as(ClusterSnapshot)
-                if snapshot.observedAt is None:
-                    snapshot = snapshot.model_copy(update={"observedAt": event.time})
-                clusters[snapshot.name] = snapshot
-            if await subscription.lag() == 0:
-                return clusters
-    finally:
-        await subscription.stop()
+    async for event in events_to_end(bus, topics.clusters):
+        if event.type != EventType.CLUSTER_HEARTBEAT:
+            continue
+        # One partition, in the order written: the last heartbeat is the newest.
+        snapshot = event.data_as(ClusterSnapshot)
+        if snapshot.observedAt is None:
+            snapshot = snapshot.model_copy(update={"observedAt": event.time})
+        clusters[snapshot.name] = snapshot
+    return clusters

@@ -16,11 +16,9 @@ from prometheus_client import CollectorRegistry
 
 from bus.aiotasks import TaskOwner
 from bus.base import Bus, Record
-from bus.events import EventConsumer, publish_event
+from bus.events import EventConsumer, events_to_end, publish_event
 from bus.topics import Topics
 from schemas.cluster import ClusterSnapshot
-from schemas.codec import decode_event
-from schemas.errors import EventDecodeError
 from schemas.events import (
     CloudEvent,
     EventType,
@@ -161,30 +159,20 @@ class Worker:
 
     async def _replay_assignments(self) -> dict[str, JobAssigned]:
         """The newest assignment of each job still placed here, from the whole topic."""
-        subscription = self.bus.subscribe(
-            [self.topics.assignments(self.cluster)], group=None, start_from="earliest"
-        )
-        await subscription.start()
         wanted: dict[str, JobAssigned] = {}
-        try:
-            while True:
-                for record in await subscription.poll(timeout=0.2, max_records=5000):
-                    try:
-                        event = decode_event(record.headers, record.value)
-                        if event.type == EventType.JOB_ASSIGNED:
-                            assigned = event.data_as(JobAssigned)
-                            wanted[assigned.uid] = assigned
-                        elif event.type == EventType.JOB_REVOKED:
-                            revoked = event.data_as(JobRevoked)
-                            known = wanted.get(revoked.uid)
-                            if known is not None and known.attempt <= revoked.attempt:
-                                del wanted[revoked.uid]
-                    except (EventDecodeError, ValueError):
-                        continue  # the live consumer dead-letters it
-                if await subscription.lag() == 0:
-                    return wanted
-        finally:
-            await subscription.stop()
+        async for event in events_to_end(self.bus, self.topics.assignments(self.cluster)):
+            try:
+                if event.type == EventType.JOB_ASSIGNED:
+                    assigned = event.data_as(JobAssigned)
+                    wanted[assigned.uid] = assigned
+                elif event.type == EventType.JOB_REVOKED:
+                    revoked = event.data_as(JobRevoked)
+                    known = wanted.get(revoked.uid)
+                    if known is not None and known.attempt <= revoked.attempt:
+                        del wanted[revoked.uid]
+            except ValueError:
+                continue  # the live consumer dead-letters it
+        return wanted
 
     @property
     def crashed(self) -> asyncio.Future[BaseException] | None:
