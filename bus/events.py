@@ -52,7 +52,9 @@ class EventConsumer:
         component: str,
         start_from: StartFrom = "earliest",
         on_dead_letter: Callable[[Record, str], Awaitable[None]] | None = None,
+        skip: Callable[[Record], bool] | None = None,
     ) -> None:
+        """`skip`: records it returns True for are passed over undecoded (and committed)."""
         self._bus = bus
         self.subscription = bus.subscribe(
             topics, group=group, start_from=start_from, on_revoke=self._on_revoke
@@ -61,6 +63,7 @@ class EventConsumer:
         self._dlq = dead_letter_topic
         self._component = component
         self._on_dead_letter = on_dead_letter
+        self._skip = skip
         self._processed: dict[TopicPartition, int] = {}
         self.idle = asyncio.Event()
 
@@ -86,8 +89,10 @@ class EventConsumer:
                 return handled
 
     async def process(self, records: list[Record]) -> None:
+        skip = self._skip
         for record in records:
-            await self._handle_one(record)
+            if skip is None or not skip(record):
+                await self._handle_one(record)
             self._processed[record.tp] = record.offset + 1
         await self._commit_processed()
 
@@ -117,6 +122,11 @@ class EventConsumer:
         await dead_letter(self._bus, self._dlq, record, reason, self._component)
         if self._on_dead_letter is not None:
             await self._on_dead_letter(record, reason)
+
+
+def header_is(record: Record, name: str, value: bytes) -> bool:
+    """Whether the record carries header `name` with exactly `value` (no decoding)."""
+    return any(key == name and raw == value for key, raw in record.headers)
 
 
 async def events_to_end(

@@ -123,7 +123,8 @@ class QueueTurns:
     def order(
         self, queued: Iterable[JobRecord], everyone: Iterable[JobRecord]
     ) -> list[tuple[JobRecord, str | None]]:
-        """`queued`: the jobs waiting for placement; `everyone`: the whole ledger."""
+        """`queued`: the jobs waiting for placement; `everyone`: at least every job in an
+        in-flight phase (the whole ledger will do)."""
         return admission_order(
             queued, in_flight_by_queue(everyone, self.config), self.config, self._last_served
         )

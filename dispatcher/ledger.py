@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from schemas.events import PlacementDecision
 from schemas.kubeflow import AnyJob
@@ -32,6 +33,27 @@ class JobRecord:
     excluded: dict[str, float] = field(default_factory=dict)
     """Clusters this job must avoid, until a monotonic time (after failing there)."""
     submission: str | None = None
+    _document: tuple[AnyJob, dict[str, Any]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+    _ledger: Ledger | None = field(default=None, init=False, repr=False, compare=False)
+    """The ledger holding this record, told of every phase change to keep its index."""
+
+    def document(self) -> dict[str, Any]:
+        """`job` as a document, serialised once per parsed job: the Queued status and every
+        assignment carry it. Shared: read it, never modify it."""
+        assert self.job is not None
+        cached = self._document
+        if cached is None or cached[0] is not self.job:
+            cached = self._document = (self.job, self.job.to_document())
+        return cached[1]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "phase":
+            ledger = self.__dict__.get("_ledger")
+            if ledger is not None and self.__dict__.get("phase") is not value:
+                ledger._moved(self, value)
+        object.__setattr__(self, name, value)
 
     def avoided(self, now: float | None = None) -> frozenset[str]:
         now = time.monotonic() if now is None else now
@@ -54,20 +76,39 @@ class JobRecord:
 
 
 class Ledger:
+    """Every job by uid, and by phase: a scheduling pass reads the queued and in-flight jobs,
+    so its cost follows those, not every job the hub has ever seen."""
+
     def __init__(self) -> None:
         self._jobs: dict[str, JobRecord] = {}
+        self._by_phase: dict[JobPhase, dict[str, JobRecord]] = {p: {} for p in JobPhase}
 
     def get(self, uid: str) -> JobRecord | None:
         return self._jobs.get(uid)
 
     def put(self, record: JobRecord) -> None:
+        old = self._jobs.get(record.uid)
+        if old is not None and old is not record:
+            self._by_phase[old.phase].pop(old.uid, None)
+            old._ledger = None
         self._jobs[record.uid] = record
+        record._ledger = self
+        self._by_phase[record.phase][record.uid] = record
+
+    def _moved(self, record: JobRecord, phase: JobPhase) -> None:
+        self._by_phase[record.phase].pop(record.uid, None)
+        self._by_phase[phase][record.uid] = record
 
     def all(self) -> list[JobRecord]:
         return list(self._jobs.values())
 
     def in_phase(self, *phases: JobPhase) -> list[JobRecord]:
-        return [r for r in self._jobs.values() if r.phase in phases]
+        if len(phases) == 1:
+            return list(self._by_phase[phases[0]].values())
+        return [r for p in phases for r in self._by_phase[p].values()]
+
+    def count(self, *phases: JobPhase) -> int:
+        return sum(len(self._by_phase[p]) for p in phases)
 
     def counts(self) -> Counter[tuple[str, str]]:
         """Jobs per (phase, framework), for the state gauge."""

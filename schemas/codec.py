@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from pydantic import ValidationError
+from pydantic_core import to_json
 
 from schemas.errors import EventDecodeError, describe_validation_error
 from schemas.events import CloudEvent
@@ -24,7 +25,8 @@ def encode_event(event: CloudEvent) -> tuple[list[tuple[str, bytes]], bytes]:
             continue
         text = value.isoformat() if isinstance(value, datetime) else str(value)
         headers.append((f"ce_{name}", text.encode()))
-    body = json.dumps(event.data, separators=(",", ":"), default=str).encode()
+    # pydantic-core's encoder: compact UTF-8 JSON, several times faster than json.dumps.
+    body = to_json(event.data, fallback=str)
     return headers, body
 
 

@@ -6,6 +6,7 @@ rest of trainhub never branches on the field name.
 
 from __future__ import annotations
 
+import functools
 import re
 import uuid
 from typing import Annotated, Any, ClassVar, Literal
@@ -23,6 +24,7 @@ _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _JOB_UID_NAMESPACE = uuid.UUID("6f1d4c62-3f0e-4b8e-9a53-9d7a1f2f7a10")
 
 
+@functools.lru_cache(maxsize=1 << 16)  # asked for several times per event on the hot path
 def derive_job_uid(namespace: str, name: str) -> str:
     return str(uuid.uuid5(_JOB_UID_NAMESPACE, f"{namespace}/{name}"))
 

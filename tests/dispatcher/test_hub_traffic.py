@@ -1,0 +1,74 @@
+"""What the hub puts on the bus per job, and the ledger's phase index it schedules from."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from bus.events import events_to_end, publish_event
+from bus.memory import MemoryBus
+from bus.topics import Topics
+from dispatcher.hub import Hub, HubConfig
+from dispatcher.ledger import JobRecord, Ledger
+from schemas.events import EventType, JobStatusUpdate, make_event
+from schemas.status import JobPhase
+from tests.helpers import cluster, jax_job, node
+from trainhub.producer import submit_document
+
+
+async def _until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():  # noqa: ASYNC110 (the hub's ledger offers no event)
+            await asyncio.sleep(0.01)
+
+
+async def test_each_job_gets_one_assignment_after_its_assigned_status() -> None:
+    bus = MemoryBus()
+    await bus.start()
+    topics = Topics(prefix="traffic")
+    hub = Hub(bus, topics, HubConfig(schedule_interval=0.05))
+    await hub.start()
+    try:
+        snapshot = cluster("east", node("n1", cpu="64", memory="256Gi", pods="110"))
+        heartbeat = make_event(EventType.CLUSTER_HEARTBEAT, "test", "east", snapshot)
+        await publish_event(bus, topics.clusters, "east", heartbeat)
+        uids = [await submit_document(bus, topics, jax_job(f"t-{i}")) for i in range(6)]
+        await _until(lambda: hub.ledger.count(JobPhase.ASSIGNED) == len(uids))
+        await bus.flush()
+    finally:
+        await hub.stop()
+    assignments = [
+        e
+        async for e in events_to_end(bus, topics.assignments("east"))
+        if e.type == EventType.JOB_ASSIGNED
+    ]
+    assert sorted(e.subject or "" for e in assignments) == sorted(uids)
+    statuses = [e.data_as(JobStatusUpdate) async for e in events_to_end(bus, topics.status)]
+    phases: dict[str, list[JobPhase]] = {}
+    for update in statuses:
+        phases.setdefault(update.uid, []).append(update.phase)
+    assert all(phases[uid] == [JobPhase.QUEUED, JobPhase.ASSIGNED] for uid in uids), phases
+    # The Queued status carries the document; the Assigned one does not repeat it.
+    assert all((u.job is not None) == (u.phase == JobPhase.QUEUED) for u in statuses), statuses
+
+
+def test_ledger_index_follows_phase_changes_and_replacements() -> None:
+    ledger = Ledger()
+    first = JobRecord(uid="a", phase=JobPhase.QUEUED)
+    second = JobRecord(uid="b", phase=JobPhase.QUEUED)
+    ledger.put(first)
+    ledger.put(second)
+    assert ledger.in_phase(JobPhase.QUEUED) == [first, second]
+    first.phase = JobPhase.ASSIGNED
+    assert ledger.in_phase(JobPhase.QUEUED) == [second]
+    assert ledger.in_phase(JobPhase.ASSIGNED, JobPhase.RUNNING) == [first]
+    assert ledger.count(JobPhase.QUEUED, JobPhase.ASSIGNED) == 2
+    # A record replaced under the same uid leaves the index; changes to the old one no
+    # longer count.
+    replacement = JobRecord(uid="a", phase=JobPhase.RUNNING)
+    ledger.put(replacement)
+    first.phase = JobPhase.QUEUED
+    assert ledger.in_phase(JobPhase.ASSIGNED) == []
+    assert ledger.in_phase(JobPhase.QUEUED) == [second]
+    assert ledger.in_phase(JobPhase.RUNNING) == [replacement]
+    assert len(ledger.all()) == 2
