@@ -397,8 +397,10 @@ class Hub:
         job.phase = update.phase
         job.status = update.status
         job.reason, job.message = update.reason, update.message
-        if job.phase not in (JobPhase.ASSIGNED, JobPhase.CREATED):
-            # Running pods show in heartbeats from now on; finished ones free capacity.
+        if job.phase.finished or job.phase == JobPhase.SUSPENDED:
+            # Its pods are gone or terminal. A Running job keeps its reservation until a
+            # heartbeat counts its pods (`reconcile`): Running can arrive first, and releasing
+            # then would offer the same capacity twice until that heartbeat.
             self.reservations.release(job.uid)
         if job.phase.finished:
             self._wake.set()

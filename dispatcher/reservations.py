@@ -18,6 +18,8 @@ _ZERO = Decimal(0)
 class Reservations:
     def __init__(self) -> None:
         self._held: dict[str, dict[str, Usage]] = {}
+        self._cluster_of: dict[str, str] = {}
+        """job uid -> the cluster holding its reservation, so a release costs one lookup."""
         self._per_node: dict[str, dict[str, dict[str, Decimal]]] = {}
         self._per_cluster: dict[str, dict[str, Decimal]] = {}
         self.version = 0
@@ -36,13 +38,16 @@ class Reservations:
     def reserve(self, cluster: str, job_uid: str, usage: Usage) -> None:
         self.release(job_uid)
         self._held.setdefault(cluster, {})[job_uid] = usage
+        self._cluster_of[job_uid] = cluster
         self._apply(cluster, usage, +1)
 
     def release(self, job_uid: str) -> None:
-        for cluster, jobs in self._held.items():
-            usage = jobs.pop(job_uid, None)
-            if usage is not None:
-                self._apply(cluster, usage, -1)
+        cluster = self._cluster_of.pop(job_uid, None)
+        if cluster is None:
+            return
+        usage = self._held[cluster].pop(job_uid, None)
+        if usage is not None:
+            self._apply(cluster, usage, -1)
 
     def reconcile(self, snapshot: ClusterSnapshot) -> list[str]:
         """Drop reservations the heartbeat now accounts for; returns their job uids."""
@@ -51,6 +56,7 @@ class Reservations:
         seen = [uid for uid in jobs if uid in visible]
         for uid in seen:
             self._apply(snapshot.name, jobs.pop(uid), -1)
+            del self._cluster_of[uid]
         return seen
 
     def on_node(self, cluster: str) -> dict[str, dict[str, Decimal]]:

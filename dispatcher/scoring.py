@@ -67,18 +67,28 @@ class ScoringOptions:
     gpu_resource: str = DEFAULT_GPU_RESOURCE
 
 
+def _scored_resources(demand: Mapping[str, Decimal]) -> tuple[str, ...]:
+    for resource, amount in demand.items():
+        if amount > 0 and resource not in _BASE_RESOURCES:
+            extra = sorted(r for r, a in demand.items() if a > 0 and r not in _BASE_RESOURCES)
+            return (*_BASE_RESOURCES, *extra)
+    return _BASE_RESOURCES
+
+
 def _free_share_after(item: ScoreInput) -> float:
     """The mean over cpu, memory and the job's other resources of the share of capacity
     left free after the job (each clamped to 0..1), times 100."""
     demand, free = item.demand, item.free
-    extra = sorted(r for r, a in demand.items() if a > 0 and r not in _BASE_RESOURCES)
     total = 0.0
     count = 0
-    for resource in (*_BASE_RESOURCES, *extra) if extra else _BASE_RESOURCES:
+    for resource in _scored_resources(demand):
         capacity = item.total(resource)
         if capacity <= 0:
             continue
-        share = float((free.get(resource, _ZERO) - demand.get(resource, _ZERO)) / capacity)
+        # In floats: a score is a ranking aid rounded to 3 decimals, and Decimal division
+        # was most of a cluster's scoring time.
+        left = float(free.get(resource, _ZERO)) - float(demand.get(resource, _ZERO))
+        share = left / float(capacity)
         if share > 1.0:
             share = 1.0
         elif not share > 0.0:
@@ -212,9 +222,13 @@ POLICIES: dict[str, PolicyFactory] = {
 class WeightedScorer:
     policies: tuple[tuple[ScoringPolicy, float], ...]
     total_weight: float = field(init=False, repr=False, compare=False)
+    uses_cost: bool = field(init=False, repr=False, compare=False)
+    """Whether the `cost` policy is in: only then does a decision look up the fleet's
+    highest cost."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "total_weight", sum(w for _, w in self.policies))
+        object.__setattr__(self, "uses_cost", any(p.name == Cost.name for p, _ in self.policies))
 
     @classmethod
     def from_weights(
@@ -228,10 +242,6 @@ class WeightedScorer:
             raise ValueError(f"scoring weights must be >= 0 (got {negative})")
         options = options or ScoringOptions()
         return cls(tuple((POLICIES[name](options), w) for name, w in weights.items() if w > 0))
-
-    @property
-    def uses_cost(self) -> bool:
-        return any(p.name == Cost.name for p, _ in self.policies)
 
     def parts(self, item: ScoreInput) -> tuple[tuple[str, float], ...]:
         """Each policy's own score 0..100, before weighting."""

@@ -72,3 +72,53 @@ def test_ledger_index_follows_phase_changes_and_replacements() -> None:
     assert ledger.in_phase(JobPhase.QUEUED) == [second]
     assert ledger.in_phase(JobPhase.RUNNING) == [replacement]
     assert len(ledger.all()) == 2
+
+
+async def test_running_before_the_heartbeat_does_not_free_the_capacity_twice() -> None:
+    """A worker's Running can arrive before the heartbeat that counts the job's pods: the
+    reservation must hold until that heartbeat, or a second job lands on the same room."""
+    bus = MemoryBus()
+    await bus.start()
+    topics = Topics(prefix="race")
+    hub = Hub(bus, topics, HubConfig(schedule_interval=0.05))
+    await hub.start()
+
+    async def heartbeat(requested: dict[str, str] | None, jobs: list[str]) -> None:
+        snapshot = cluster("east", node("n1", requested, cpu="4", memory="8Gi"), jobs=jobs)
+        event = make_event(EventType.CLUSTER_HEARTBEAT, "worker/east", "east", snapshot)
+        await publish_event(bus, topics.clusters, "east", event)
+
+    async def worker_says(uid: str, phase: JobPhase, sequence: int) -> None:
+        update = JobStatusUpdate(uid=uid, phase=phase, cluster="east", attempt=1, sequence=sequence)
+        event = make_event(EventType.JOB_STATUS, "worker/east", uid, update)
+        await publish_event(bus, topics.status, uid, event)
+
+    try:
+        await heartbeat(None, [])
+        first = await submit_document(bus, topics, jax_job("first", workers=2, cpu="2"))
+        await _until(lambda: hub.ledger.count(JobPhase.ASSIGNED) == 1)
+        await worker_says(first, JobPhase.RUNNING, 1)
+        await _until(
+            lambda: (r := hub.ledger.get(first)) is not None and r.phase == JobPhase.RUNNING
+        )
+        second = await submit_document(bus, topics, jax_job("second", workers=2, cpu="2"))
+        await _until(
+            lambda: (
+                (r := hub.ledger.get(second)) is not None
+                and r.message is not None
+                and "capacity" in r.message
+            )
+        )
+        record = hub.ledger.get(second)
+        assert record is not None and record.phase == JobPhase.QUEUED, record
+        # The heartbeat that counts the first job's pods takes over from the reservation.
+        await heartbeat({"cpu": "4", "memory": "2Gi"}, [first])
+        await _until(lambda: hub.reservations.count("east") == 0)
+        assert hub.ledger.get(second).phase == JobPhase.QUEUED  # type: ignore[union-attr]
+        # The first job ends and its pods go: now the second one fits.
+        await worker_says(first, JobPhase.SUCCEEDED, 2)
+        await heartbeat(None, [])
+        await _until(lambda: hub.ledger.count(JobPhase.ASSIGNED) == 1)
+        assert hub.ledger.get(second).phase == JobPhase.ASSIGNED  # type: ignore[union-attr]
+    finally:
+        await hub.stop()
