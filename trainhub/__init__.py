@@ -11,6 +11,7 @@ from trainhub.sdk_errors import (
     LogsUnavailableError,
     TrainHubError,
 )
+from trainhub.sdk_pods import JobPod, JobPodsUnknownError
 from trainhub.sdk_stream import StatusEvent
 from trainhub.sdk_view import TrainHubJob
 
@@ -19,6 +20,8 @@ __all__ = [
     "JobExistsError",
     "JobFailedError",
     "JobNotFoundError",
+    "JobPod",
+    "JobPodsUnknownError",
     "JobTimeoutError",
     "LogsUnavailableError",
     "StatusEvent",

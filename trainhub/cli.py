@@ -7,6 +7,8 @@ import json
 import logging
 import sys
 import time
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -17,8 +19,7 @@ from prometheus_client import start_http_server
 from rich.console import Console
 
 from bus.base import BusError
-from dispatcher.placement import plan_placement
-from dispatcher.registry import ClusterRegistry
+from dispatcher.placement_config import PlacementConfig
 from schemas.cluster import ClustersFile
 from schemas.errors import ContractError
 from schemas.events import EventType, JobStatusUpdate
@@ -26,7 +27,10 @@ from schemas.job_parsing import load_documents, load_job_file, parse_job
 from schemas.kubeflow import derive_job_uid
 from schemas.status import JobPhase
 from trainhub.bus_factory import make_bus
+from trainhub.cli_help import examples, tidy_help
 from trainhub.cli_jobs import register as register_job_commands
+from trainhub.cli_live import LiveState, LiveView, want_live
+from trainhub.cli_plan import plan_jobs
 from trainhub.cli_settings import with_settings
 from trainhub.console_view import StatusPrinter, decision_table
 from trainhub.embedded import Embedded, EmbeddedOptions, make_worker_backend
@@ -41,6 +45,12 @@ app = typer.Typer(
     help="trainhub: dispatch Kubeflow training jobs across Kubernetes clusters over an event bus.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    epilog=examples(
+        "trainhub up --exit-on-finish examples/jax-mnist-spmd/jaxjob.yaml",
+        "trainhub submit examples/jax-mnist-spmd/jaxjob.yaml --watch",
+        "trainhub get jobs -o wide",
+        "trainhub COMMAND --help",
+    ),
 )
 console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
@@ -66,7 +76,12 @@ def _root(
     setup_logging(logging.WARNING - 10 * verbose)
 
 
-@app.command()
+@app.command(
+    epilog=examples(
+        "trainhub render examples/jax-mnist-spmd/jaxjob.yaml",
+        "trainhub render job.yaml -o json",
+    )
+)
 def render(
     job_file: Annotated[Path, typer.Argument(help="Job YAML/JSON (kubeflow.org/v1).")],
     output: Annotated[Output, typer.Option("-o", "--output")] = Output.yaml,
@@ -83,20 +98,33 @@ def render(
         sys.stdout.write(yaml.safe_dump(objects, sort_keys=False))
 
 
-@app.command()
+@app.command(
+    epilog=examples(
+        "trainhub plan job.yaml --clusters clusters.yaml",
+        "trainhub plan a.yaml b.yaml --clusters clusters.yaml --config hub.yaml -o json",
+    )
+)
+@with_settings
 def plan(
-    job_file: Annotated[Path, typer.Argument(help="Job YAML/JSON.")],
+    settings: TrainhubSettings,
+    job_files: Annotated[list[Path], typer.Argument(help="Job YAML/JSON files.")],
     clusters: Annotated[
         Path, typer.Option("--clusters", help="YAML {clusters: [ClusterSnapshot]}")
     ],
     output: Annotated[Output, typer.Option("-o", "--output")] = Output.text,
-    max_heartbeat_age: Annotated[
-        float, typer.Option(help="Seconds before a snapshot is stale.")
-    ] = 30.0,
 ) -> None:
-    """Show where the job would be placed, with every cluster's score or rejection reason."""
+    """Show where jobs would be placed, with every cluster's score or rejection reason.
+
+    The placement settings are the hub's: the `placement:` mapping of the --config file (or
+    TRAINHUB_PLACEMENT as JSON) sets scoring weights, GPU label, priority classes and queue
+    limits; a cluster's namespaces and pod policy come from the clusters file. Several jobs
+    are planned in the order the hub would offer them, each taking the capacity it got."""
     try:
-        jobs = load_job_file(job_file)
+        placement = PlacementConfig.from_dict(settings.placement)
+    except ValueError as exc:
+        raise fail(f"invalid settings: {exc}", code=2) from None
+    try:
+        jobs = [job for path in job_files for job in load_job_file(path)]
         documents = load_documents(clusters.read_text(), str(clusters))
         if len(documents) != 1:
             raise ContractError(f"{clusters}: expected one document with a `clusters` list")
@@ -107,23 +135,40 @@ def plan(
         raise fail(f"{clusters}: {exc.strerror}") from None
     except ValueError as exc:
         raise fail(f"{clusters}: {exc}") from None
-    registry = ClusterRegistry(max_heartbeat_age)
-    for snapshot in snapshots:
-        registry.update(snapshot)
-    results = [
-        plan_placement(job, registry.all(), max_heartbeat_age=max_heartbeat_age).decision
-        for job in jobs
-    ]
-    if output == Output.json:
-        payload: Any = [r.model_dump(mode="json") for r in results]
-        sys.stdout.write(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2) + "\n")
+    planned = plan_jobs(jobs, snapshots, placement, max_heartbeat_age=settings.max_heartbeat_age)
+    if output != Output.text:
+        payload: Any = [p.as_json() for p in planned]
+        payload = payload[0] if len(payload) == 1 else payload
+        if output == Output.json:
+            sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        else:
+            sys.stdout.write(yaml.safe_dump(payload, sort_keys=False))
         return
-    for job, decision in zip(jobs, results, strict=True):
-        console.print(decision_table(decision, f"placement of {job.key}"))
-        console.print(f"chosen: {decision.chosen or 'none (the job would wait or be rejected)'}")
+    weights = ", ".join(f"{name}={weight:g}" for name, weight in placement.scoring.items())
+    console.print(f"scoring: {weights}", highlight=False)
+    for item in planned:
+        title = f"placement of {item.job.key} (priority {item.priority}, queue {item.queue})"
+        if item.placement is None:
+            console.print(f"{title}: held back, {item.held}", highlight=False)
+            continue
+        decision = item.placement.decision
+        console.print(decision_table(decision, title))
+        console.print(
+            f"chosen: {decision.chosen or 'none (the job would wait or be rejected)'}",
+            highlight=False,
+        )
 
 
-@app.command()
+_LIVE_HELP = "A live table of jobs and clusters (default: when stdout is a terminal)."
+
+
+@app.command(
+    epilog=examples(
+        "trainhub up --exit-on-finish examples/jax-mnist-spmd/jaxjob.yaml",
+        "trainhub up --backend sim --cluster a:cpu=4,memory=8Gi,gpu=2 job.yaml",
+        "trainhub up --no-live --logs-dir logs job.yaml",
+    )
+)
 @with_settings
 def up(
     settings: TrainhubSettings,
@@ -137,14 +182,23 @@ def up(
         bool, typer.Option(help="Exit when every job finished: 0 only if all Succeeded.")
     ] = False,
     logs_dir: Annotated[Path | None, typer.Option(help="Keep pod logs here.")] = None,
+    live: Annotated[bool | None, typer.Option("--live/--no-live", help=_LIVE_HELP)] = None,
 ) -> None:
     """Run the hub and the clusters' workers in one process, on an in-memory bus (or on
-    Kafka with --bootstrap)."""
+    Kafka with --bootstrap).
+
+    On a terminal a live view shows the jobs, the clusters' free capacity and the progress;
+    piped, every status change is one line. The hub's placement settings (`placement:` in
+    --config) apply."""
     try:
         specs = [parse_cluster_spec(c) for c in (cluster or DEFAULT_CLUSTERS)]
         documents = [d for f in job_files or [] for d in _documents(f)]
     except (ContractError, ValueError) as exc:
         raise fail(str(exc)) from None
+    try:
+        placement = PlacementConfig.from_dict(settings.placement)
+    except ValueError as exc:
+        raise fail(f"invalid settings: {exc}", code=2) from None
     heartbeat = (
         settings.heartbeat_interval if "heartbeat_interval" in settings.model_fields_set else 1.0
     )
@@ -154,8 +208,9 @@ def up(
         heartbeat_interval=heartbeat,
         logs_dir=logs_dir,
         max_heartbeat_age=settings.max_heartbeat_age,
+        placement=placement,
     )
-    code = asyncio.run(_run_up(options, settings, documents, exit_on_finish))
+    code = asyncio.run(_run_up(options, settings, documents, exit_on_finish, want_live(live)))
     raise typer.Exit(code)
 
 
@@ -175,6 +230,7 @@ async def _run_up(
     settings: TrainhubSettings,
     documents: list[dict[str, Any]],
     exit_on_finish: bool,
+    live: bool,
 ) -> int:
     bus = make_bus(settings, allow_memory=True)
     async with Embedded(options, bus=bus, topics=settings.topics()) as system:
@@ -183,14 +239,26 @@ async def _run_up(
             console.print(f"metrics on http://127.0.0.1:{settings.metrics_port}/metrics")
         names = ", ".join(w.cluster for w in system.workers)
         count = len(system.workers)
-        console.print(f"trainhub up: hub + {count} clusters ({names}), {options.backend} backend")
+        headline = f"trainhub up: hub + {count} clusters ({names}), {options.backend} backend"
         uids = [await system.submit(d) for d in documents]
-        printer = StatusPrinter(console)
-        if not exit_on_finish:
-            async for update in system.updates():
-                printer(update)
-            return 0
-        final = await system.wait_finished(uids, printer)
+        if live:
+            state = LiveState(title=headline, max_heartbeat_age=options.max_heartbeat_age)
+            for uid, document in zip(uids, documents, strict=True):
+                state.expect(uid, document, datetime.now(UTC))
+            async with LiveView(console, state, system.bus, system.topics) as view:
+                if not exit_on_finish:
+                    async for update in system.updates():
+                        view.status(update)
+                    return 0
+                final = await system.wait_finished(uids, view.status)
+        else:
+            console.print(headline)
+            printer = StatusPrinter(console)
+            if not exit_on_finish:
+                async for update in system.updates():
+                    printer(update)
+                return 0
+            final = await system.wait_finished(uids, printer)
         for update in final.values():
             for pod, text in (await system.pod_logs(update)).items():
                 tail = text.strip().splitlines()[-3:]
@@ -203,7 +271,12 @@ async def _run_up(
         return 0 if ok else 1
 
 
-@app.command()
+@app.command(
+    epilog=examples(
+        "trainhub hub --bootstrap localhost:9092",
+        "trainhub hub --config hub.yaml --metrics-port 9100",
+    )
+)
 @with_settings
 def hub(settings: TrainhubSettings) -> None:
     """Run the hub: validate, place and follow jobs (needs Kafka)."""
@@ -211,7 +284,13 @@ def hub(settings: TrainhubSettings) -> None:
     asyncio.run(run_hub(settings))
 
 
-@app.command()
+@app.command(
+    epilog=examples(
+        "trainhub worker --cluster east --backend sim --capacity cpu=16,memory=64Gi",
+        "trainhub worker --cluster west --capacity cpu=4,memory=8Gi,nodes=2",
+        "trainhub worker --cluster gpu --backend kube --kubeconfig gpu-kubeconfig",
+    )
+)
 @with_settings
 def worker(
     settings: TrainhubSettings,
@@ -248,19 +327,31 @@ def worker(
     asyncio.run(run_worker(settings, chosen, cluster, labels=labels, namespaces=namespace))
 
 
-@app.command()
+@app.command(
+    epilog=examples(
+        "trainhub submit examples/jax-mnist-spmd/jaxjob.yaml --watch",
+        "trainhub submit a.yaml b.yaml --bootstrap localhost:9092",
+        "trainhub submit job.yaml --watch --no-live --topic-prefix demo",
+    )
+)
 @with_settings
 def submit(
     settings: TrainhubSettings,
     job_files: Annotated[list[Path], typer.Argument(help="Job YAML/JSON files.")],
     watch: Annotated[
-        bool, typer.Option(help="Print each status change; exit 0 only if all Succeeded.")
+        bool, typer.Option(help="Follow the jobs' status; exit 0 only if all Succeeded.")
     ] = False,
     validate: Annotated[
         bool, typer.Option(help="Refuse invalid jobs here instead of letting the hub reject them.")
     ] = True,
+    live: Annotated[
+        bool | None, typer.Option("--live/--no-live", help="With --watch: " + _LIVE_HELP)
+    ] = None,
 ) -> None:
-    """Publish jobs to the bus (the jobs topic)."""
+    """Publish jobs to the bus (the jobs topic).
+
+    With --watch, a live view of the jobs and the clusters on a terminal, one line per status
+    change when piped; exit 0 only if every job Succeeded, else 1."""
     _require_bootstrap(settings)
     try:
         documents = [d for f in job_files for d in _documents(f)]
@@ -269,10 +360,12 @@ def submit(
                 parse_job(document)
     except ContractError as exc:
         raise fail(str(exc)) from None
-    raise typer.Exit(asyncio.run(_submit(settings, documents, watch)))
+    raise typer.Exit(asyncio.run(_submit(settings, documents, watch, want_live(live))))
 
 
-async def _submit(settings: TrainhubSettings, documents: list[dict[str, Any]], watch: bool) -> int:
+async def _submit(
+    settings: TrainhubSettings, documents: list[dict[str, Any]], watch: bool, live: bool
+) -> int:
     bus = make_bus(settings)
     topics = settings.topics()
     await bus.start()
@@ -282,28 +375,55 @@ async def _submit(settings: TrainhubSettings, documents: list[dict[str, Any]], w
         since = int(time.time() * 1000) - 60_000
         submissions: dict[str, str] = {}
         uids = {}
+        submitted: list[tuple[str, dict[str, Any]]] = []
         for document in documents:
             uid, submissions[uid] = await submit_with_id(bus, topics, document)
+            submitted.append((uid, document))
             uids[uid] = (
                 f"{document['metadata'].get('namespace', 'default')}/{document['metadata']['name']}"
             )
             console.print(f"submitted {uids[uid]} (uid {uid})", highlight=False)
         if not watch:
             return 0
-        printer = StatusPrinter(console)
         final: dict[str, JobStatusUpdate] = {}
-        async for update in follow_submissions(bus, topics, submissions, from_time_ms=since):
-            printer(update)
-            if update.phase.finished or update.reason == "AlreadyExists":
-                final[update.uid] = update
-                if len(final) == len(uids):
-                    break
+        updates = follow_submissions(bus, topics, submissions, from_time_ms=since)
+        if live:
+            state = LiveState(
+                title=f"trainhub submit --watch: {len(uids)} jobs",
+                max_heartbeat_age=settings.max_heartbeat_age,
+            )
+            for uid, document in submitted:
+                state.expect(uid, document, datetime.now(UTC))
+            async with LiveView(console, state, bus, topics) as view:
+                await _follow_until_finished(updates, len(uids), final, view.status)
+        else:
+            await _follow_until_finished(updates, len(uids), final, StatusPrinter(console))
         return 0 if all(u.phase == JobPhase.SUCCEEDED for u in final.values()) else 1
     finally:
         await bus.close()
 
 
-@app.command()
+async def _follow_until_finished(
+    updates: AsyncIterator[JobStatusUpdate],
+    count: int,
+    final: dict[str, JobStatusUpdate],
+    show: Callable[[JobStatusUpdate], None],
+) -> None:
+    """Show updates until `count` jobs finished (or were refused), keeping each last one."""
+    async for update in updates:
+        show(update)
+        if update.phase.finished or update.reason == "AlreadyExists":
+            final[update.uid] = update
+            if len(final) == count:
+                return
+
+
+@app.command(
+    epilog=examples(
+        "trainhub status default/jax-mnist",
+        "trainhub status jax-mnist -o json --bootstrap localhost:9092",
+    )
+)
 @with_settings
 def status(
     settings: TrainhubSettings,
@@ -350,7 +470,12 @@ async def _resolve_and_request(settings: TrainhubSettings, job: str, event_type:
         await bus.close()
 
 
-@app.command()
+@app.command(
+    epilog=examples(
+        "trainhub delete default/jax-mnist",
+        "trainhub delete jax-mnist --bootstrap localhost:9092 --topic-prefix demo",
+    )
+)
 @with_settings
 def delete(
     settings: TrainhubSettings,
@@ -360,7 +485,12 @@ def delete(
     _job_request(settings, job, EventType.JOB_DELETED, "delete")
 
 
-@app.command()
+@app.command(
+    epilog=examples(
+        "trainhub suspend default/jax-mnist",
+        "trainhub suspend jax-mnist --bootstrap localhost:9092 --topic-prefix demo",
+    )
+)
 @with_settings
 def suspend(
     settings: TrainhubSettings,
@@ -370,7 +500,12 @@ def suspend(
     _job_request(settings, job, EventType.JOB_SUSPENDED, "suspend")
 
 
-@app.command()
+@app.command(
+    epilog=examples(
+        "trainhub resume default/jax-mnist",
+        "trainhub resume jax-mnist --bootstrap localhost:9092 --topic-prefix demo",
+    )
+)
 @with_settings
 def resume(
     settings: TrainhubSettings,
@@ -403,12 +538,26 @@ def _require_bootstrap(settings: TrainhubSettings) -> None:
         )
 
 
-sandbox_app = typer.Typer(help="A local Kafka broker and Kubernetes member clusters for demos.")
+sandbox_app = typer.Typer(
+    help="A local Kafka broker and Kubernetes member clusters for demos.",
+    epilog=examples(
+        "trainhub sandbox up --clusters 2",
+        "trainhub sandbox status -o json",
+        "trainhub sandbox down",
+    ),
+)
 app.add_typer(sandbox_app, name="sandbox")
 register_job_commands(app)
 
 
-@sandbox_app.command("up")
+@sandbox_app.command(
+    "up",
+    epilog=examples(
+        "trainhub sandbox up",
+        "trainhub sandbox up --clusters 2",
+        "trainhub sandbox up --clusters-file clusters.yaml",
+    ),
+)
 def sandbox_up_command(
     clusters: Annotated[int, typer.Option("--clusters", help="Member clusters to start.")] = 0,
     clusters_file: Annotated[
@@ -430,7 +579,10 @@ def sandbox_up_command(
         console.print(f"cluster {cluster['name']}: kubeconfig {cluster['kubeconfig']}")
 
 
-@sandbox_app.command("status")
+@sandbox_app.command(
+    "status",
+    epilog=examples("trainhub sandbox status", "trainhub sandbox status -o json"),
+)
 def sandbox_status_command(
     output: Annotated[Output, typer.Option("-o", "--output")] = Output.text,
 ) -> None:
@@ -448,13 +600,16 @@ def sandbox_status_command(
         console.print(f"cluster {cluster['name']}: {cluster['kubeconfig']} ({cluster['context']})")
 
 
-@sandbox_app.command("down")
+@sandbox_app.command("down", epilog=examples("trainhub sandbox down"))
 def sandbox_down_command() -> None:
     """Stop every sandbox process, by PID."""
     from trainhub.sandbox.control import sandbox_down
 
     stopped = sandbox_down()
     console.print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+
+
+tidy_help(app)
 
 
 def main() -> None:

@@ -28,6 +28,7 @@ from schemas.errors import ContractError
 from schemas.job_parsing import parse_job
 from schemas.kubeflow import AnyJob
 from schemas.quantity import format_quantity
+from trainhub.cli_help import examples
 from trainhub.cli_settings import with_settings
 from trainhub.console_view import decision_table
 from trainhub.sdk import AsyncTrainHubClient
@@ -52,15 +53,16 @@ err_console = Console(stderr=True, soft_wrap=True)
 get_app = typer.Typer(
     help="List jobs or member clusters.",
     no_args_is_help=True,
-    epilog="Examples:\n\n"
-    "trainhub get jobs\n\n"
-    "trainhub get jobs -n team-a --queue research -o wide\n\n"
-    "trainhub get clusters -o json",
+    epilog=examples(
+        "trainhub get jobs",
+        "trainhub get jobs -n team-a --queue research -o wide",
+        "trainhub get clusters -o json",
+    ),
 )
 describe_app = typer.Typer(
     help="Show one object in detail.",
     no_args_is_help=True,
-    epilog="Example: trainhub describe job default/mnist",
+    epilog=examples("trainhub describe job default/mnist"),
 )
 
 
@@ -83,10 +85,11 @@ def register(app: typer.Typer) -> None:
     app.add_typer(describe_app, name="describe")
     app.command(
         "logs",
-        epilog="Examples:\n\n"
-        "trainhub logs mnist\n\n"
-        "trainhub logs team-a/mnist -f\n\n"
-        "trainhub logs mnist --pod mnist-worker-1 --tail 20",
+        epilog=examples(
+            "trainhub logs mnist",
+            "trainhub logs team-a/mnist -f",
+            "trainhub logs mnist --pod mnist-worker-1 --tail 20",
+        ),
     )(logs)
 
 
@@ -129,7 +132,7 @@ def _dump(payload: Any, output: str) -> None:
         sys.stdout.write(yaml.safe_dump(payload, sort_keys=False))
 
 
-def _age(since: datetime | None, now: datetime | None = None) -> str:
+def format_age(since: datetime | None, now: datetime | None = None) -> str:
     """kubectl's way: 45s, 12m, 3h, 5d."""
     if since is None:
         return "-"
@@ -147,7 +150,14 @@ def _job_json(job: TrainHubJob) -> dict[str, Any]:
 # -- get jobs -------------------------------------------------------------------------------
 
 
-@get_app.command("jobs")
+@get_app.command(
+    "jobs",
+    epilog=examples(
+        "trainhub get jobs",
+        "trainhub get jobs -o wide",
+        "trainhub get jobs -n team-a --queue research -o json",
+    ),
+)
 @with_settings
 def get_jobs(
     settings: TrainhubSettings,
@@ -157,9 +167,7 @@ def get_jobs(
     queue: Annotated[str | None, typer.Option(help="Only jobs of this queue.")] = None,
     output: Annotated[ListOutput, typer.Option("-o", "--output")] = ListOutput.text,
 ) -> None:
-    """List jobs with their phase and cluster (`-o wide` adds uid, attempt and message).
-
-    Examples: trainhub get jobs -o wide; trainhub get jobs -n team-a -o json"""
+    """List jobs with their phase and cluster (`-o wide` adds uid, attempt and message)."""
 
     async def work(client: AsyncTrainHubClient) -> list[TrainHubJob]:
         return await client.list_jobs(namespace=namespace, queue=queue)
@@ -186,7 +194,7 @@ def get_jobs(
             job.queue or "default",
             job.phase.value if job.phase else "Submitted",
             job.cluster or "-",
-            _age(job.created),
+            format_age(job.created),
         ]
         if wide:
             row += [str(job.attempt), job.uid, job.reason or "", job.message or ""]
@@ -222,29 +230,33 @@ def cluster_row(snapshot: ClusterSnapshot, max_age: float) -> dict[str, Any]:
     }
 
 
-def _cpu(value: Decimal) -> str:
+def format_cpu(value: Decimal) -> str:
     return format(value.quantize(Decimal("0.1")).normalize(), "f")
 
 
-def _gib(value: Decimal) -> str:
+def format_gib(value: Decimal) -> str:
     return f"{(value / _GIB).quantize(Decimal('0.1'))}Gi"
 
 
-def _share(snapshot: ClusterSnapshot, resource: str, show: Callable[[Decimal], str]) -> str:
+def resource_share(snapshot: ClusterSnapshot, resource: str, show: Callable[[Decimal], str]) -> str:
+    """`free/total` of a resource, `-` when the cluster has none."""
     total = snapshot.total(resource)
     if not total:
         return "-"
     return f"{show(snapshot.free(resource))}/{show(total)}"
 
 
-@get_app.command("clusters")
+@get_app.command(
+    "clusters",
+    epilog=examples("trainhub get clusters", "trainhub get clusters -o wide"),
+)
 @with_settings
 def get_clusters(
     settings: TrainhubSettings,
     output: Annotated[ListOutput, typer.Option("-o", "--output")] = ListOutput.text,
 ) -> None:
-    """List member clusters from their heartbeats: health, heartbeat age, nodes and free /
-    allocatable cpu, memory and GPUs (`-o wide` adds backend, labels and job count).
+    """List member clusters from their heartbeats: health, heartbeat age, nodes, and free
+    and allocatable cpu, memory and GPUs (`-o wide` adds backend, labels and job count).
 
     A cluster whose last heartbeat is older than --max-heartbeat-age is shown unhealthy."""
 
@@ -274,9 +286,9 @@ def get_clusters(
             healthy,
             f"{row['heartbeatAgeSeconds']:.0f}s ago",
             str(row["nodes"]),
-            _share(snapshot, "cpu", _cpu),
-            _share(snapshot, "memory", _gib),
-            _share(snapshot, GPU, _cpu),
+            resource_share(snapshot, "cpu", format_cpu),
+            resource_share(snapshot, "memory", format_gib),
+            resource_share(snapshot, GPU, format_cpu),
         ]
         if wide:
             labels = ",".join(f"{k}={v}" for k, v in sorted(snapshot.labels.items()))
@@ -342,7 +354,7 @@ def _events_table(job: TrainHubJob) -> Table:
         table.add_column(column, overflow="fold")
     for event in job.events:
         table.add_row(
-            _age(event.time),
+            format_age(event.time),
             event.phase.value,
             event.reason or "",
             event.source.removeprefix("trainhub/"),
@@ -391,7 +403,13 @@ def describe_text(job: TrainHubJob) -> None:
         console.print(_events_table(job))
 
 
-@describe_app.command("job")
+@describe_app.command(
+    "job",
+    epilog=examples(
+        "trainhub describe job team-a/mnist",
+        "trainhub describe job mnist -n team-a -o yaml",
+    ),
+)
 @with_settings
 def describe_job(
     settings: TrainhubSettings,
@@ -402,9 +420,7 @@ def describe_job(
     output: Annotated[DetailOutput, typer.Option("-o", "--output")] = DetailOutput.text,
 ) -> None:
     """A job's spec summary, where it was placed and why (every cluster's score or reason),
-    its conditions and its recent status events.
-
-    Example: trainhub describe job team-a/mnist"""
+    its conditions and its recent status events."""
 
     async def work(client: AsyncTrainHubClient) -> TrainHubJob:
         return await client.get_job(job, namespace)

@@ -49,6 +49,7 @@ from trainhub.sdk_errors import (
     LogsUnavailableError,
 )
 from trainhub.sdk_functions import DEFAULT_BACKOFF_LIMIT, DEFAULT_BASE_IMAGE, job_from_function
+from trainhub.sdk_pods import JobPod, job_pods
 from trainhub.sdk_stream import DEFAULT_QUEUE, Positions, StatusEvent, stream_status
 from trainhub.sdk_view import StatusFollower, StatusView, TrainHubJob
 from trainhub.settings import TrainhubSettings, load_settings
@@ -311,6 +312,53 @@ class AsyncTrainHubClient:
     async def is_job_failed(self, name: str, namespace: str | None = None) -> bool:
         """True for a Failed condition, and for a job the hub rejected."""
         return (await self.get_job(name, namespace)).has_condition(ConditionType.FAILED)
+
+    # -- pods ---------------------------------------------------------------------------
+
+    async def get_job_pods(
+        self,
+        name: str,
+        namespace: str | None = None,
+        *,
+        is_master: bool = False,
+        replica_type: str | None = None,
+        replica_index: int | None = None,
+    ) -> list[JobPod]:
+        """The pods of the job's current run, with the cluster they run on (None while the
+        job is placed nowhere). Like Kubeflow's, `is_master` keeps only the master pod and
+        `replica_type` (any case) and `replica_index` filter.
+
+        Named from the job document on the status topic as every worker names them
+        (`<job>-<replica type>-<index>` on kube, local and sim backends alike); per-pod phases
+        are not on the bus, `job.status.replicaStatuses` counts them per replica type.
+        `JobPodsUnknownError` when the topic no longer holds the job's document."""
+        pods = job_pods(await self.get_job(name, namespace))
+        return [
+            pod
+            for pod in pods
+            if (not is_master or pod.is_master)
+            and (replica_type is None or pod.replica_type.lower() == replica_type.lower())
+            and (replica_index is None or pod.replica_index == replica_index)
+        ]
+
+    async def get_job_pod_names(
+        self,
+        name: str,
+        namespace: str | None = None,
+        *,
+        is_master: bool = False,
+        replica_type: str | None = None,
+        replica_index: int | None = None,
+    ) -> list[str]:
+        """The names of `get_job_pods` (what `get_job_logs(pod=...)` takes)."""
+        pods = await self.get_job_pods(
+            name,
+            namespace,
+            is_master=is_master,
+            replica_type=replica_type,
+            replica_index=replica_index,
+        )
+        return [pod.name for pod in pods]
 
     async def wait_for_job_conditions(
         self,
@@ -660,6 +708,8 @@ class TrainHubClient:
     get_job = _blocking(AsyncTrainHubClient.get_job)
     list_jobs = _blocking(AsyncTrainHubClient.list_jobs)
     get_job_conditions = _blocking(AsyncTrainHubClient.get_job_conditions)
+    get_job_pods = _blocking(AsyncTrainHubClient.get_job_pods)
+    get_job_pod_names = _blocking(AsyncTrainHubClient.get_job_pod_names)
     is_job_created = _blocking(AsyncTrainHubClient.is_job_created)
     is_job_running = _blocking(AsyncTrainHubClient.is_job_running)
     is_job_restarting = _blocking(AsyncTrainHubClient.is_job_restarting)

@@ -29,6 +29,10 @@ class PodState:
     exit_code: int | None = None
     unschedulable: str | None = None
     """The scheduler's message while no node can take the pod."""
+    restarts: int = 0
+    """In-place restarts of this pod's containers already counted (see `PodObservation`)."""
+    uid: str | None = None
+    """The pod object those restarts belong to, where the backend names one."""
 
 
 @dataclass
@@ -47,6 +51,16 @@ class Decision:
     """This step finished the job (Succeeded or Failed)."""
     unschedulable: bool = False
     """`pending_reason` changed to a new scheduler message: tell the hub."""
+    restarted_in_place: int = 0
+    """Container restarts the kubelet made (or is making) that this step counted."""
+
+
+def _exit(obs: PodObservation) -> str:
+    return "an unknown code" if obs.exit_code is None else f"code {obs.exit_code}"
+
+
+def _detail(obs: PodObservation) -> str:
+    return f" {obs.message}" if obs.message else ""
 
 
 def _retryable(policy: str, exit_code: int | None) -> bool:
@@ -165,9 +179,14 @@ class JobRun:
         if unschedulable or obs.phase != "Pending":
             pod.unschedulable = obs.message if unschedulable else None
         over_limit = False
+        fresh = self._fresh_restarts(pod, obs)
         if obs.phase == "Failed":
+            self.restarts += fresh
+            decision.restarted_in_place = fresh
             over_limit = self._pod_failed(pod, obs, decision)
-        else:
+        elif fresh:
+            over_limit = self._restarted_in_place(obs, fresh, decision)
+        elif not obs.restarting:
             decision.changed = self._progress()
         decision.unschedulable = self._update_pending()
         self._count()
@@ -177,37 +196,77 @@ class JobRun:
             decision.delete = self._to_delete(stop_active=over_limit)
         return decision
 
+    @staticmethod
+    def _fresh_restarts(pod: PodState, obs: PodObservation) -> int:
+        """In-place restarts that `obs` shows and that are not counted yet. A pod object of
+        its own (re-created under the name, resumed) starts from zero; a pod that succeeded
+        is done, and restarts first seen then are history (upstream counts only running
+        pods' restarts too)."""
+        if obs.uid is not None and obs.uid != pod.uid:
+            pod.uid, pod.restarts = obs.uid, 0
+        fresh = obs.restarts - pod.restarts
+        if obs.phase == "Succeeded" or fresh <= 0:
+            return 0
+        pod.restarts = obs.restarts
+        return fresh
+
+    def _restarted_in_place(self, obs: PodObservation, fresh: int, decision: Decision) -> bool:
+        """The kubelet restarts a container of a pending or running pod (Always, OnFailure):
+        count it; the pod stays, so only the condition changes. True when the backoff limit
+        failed the job."""
+        self.restarts += fresh
+        decision.restarted_in_place = fresh
+        if self._past_backoff_limit():
+            decision.changed = self._fail_backoff(obs)
+            return True
+        if obs.restarting:
+            decision.changed = self._restarting(obs)
+        else:
+            # Seen only once the container ran again (a relist, an adopted run).
+            decision.changed = self._progress()
+        return False
+
     def _pod_failed(self, pod: PodState, obs: PodObservation, decision: Decision) -> bool:
         """Restart the pod or fail the job; True when the backoff limit failed it."""
         policy = pod.plan.restart_policy
-        code = "an unknown code" if obs.exit_code is None else f"code {obs.exit_code}"
-        detail = f" {obs.message}" if obs.message else ""
         if not _retryable(policy, obs.exit_code):
             decision.changed = self._fail(
                 "Failed",
-                f"{self.kind} {self.name} is failed because {obs.name} exited with {code} "
-                f"(restartPolicy {policy}).{detail}",
+                f"{self.kind} {self.name} is failed because {obs.name} exited with "
+                f"{_exit(obs)} (restartPolicy {policy}).{_detail(obs)}",
             )
             return False
         self.restarts += 1
-        limit = self.job.run_policy.backoffLimit
-        if limit is not None and self.restarts > limit:
-            decision.changed = self._fail(
-                "BackoffLimitExceeded",
-                f"{self.kind} {self.name} has failed because it has reached the specified "
-                f"backoff limit ({limit}): {obs.name} exited with {code}.{detail}",
-            )
+        if self._past_backoff_limit():
+            decision.changed = self._fail_backoff(obs)
             return True
         pod.phase, pod.exit_code, pod.unschedulable = "Pending", None, None
         decision.restart.append(pod.plan)
-        decision.changed = self._set(
+        decision.changed = self._restarting(obs)
+        return False
+
+    def _past_backoff_limit(self) -> bool:
+        """Restarts exceed `backoffLimit` (the spec's rule, for every restartPolicy)."""
+        limit = self.job.run_policy.backoffLimit
+        return limit is not None and self.restarts > limit
+
+    def _fail_backoff(self, obs: PodObservation) -> bool:
+        # Upstream's reason and sentence; the limit and the last exit are ours.
+        return self._fail(
+            "Failed",
+            f"Job {self.name} has failed because it has reached the specified backoff limit "
+            f"({self.job.run_policy.backoffLimit}): {obs.name} exited with {_exit(obs)}."
+            f"{_detail(obs)}",
+        )
+
+    def _restarting(self, obs: PodObservation) -> bool:
+        return self._set(
             ConditionType.RESTARTING,
             JobPhase.RESTARTING,
             "Restarting",
-            f"{self.kind} {self.name} is restarting because {obs.name} exited with {code} "
-            f"(restart {self.restarts}).",
+            f"{self.kind} {self.name} is restarting because {obs.name} exited with "
+            f"{_exit(obs)} (restart {self.restarts}).",
         )
-        return False
 
     def _progress(self) -> bool:
         if self.rendered.adapter.succeeded(self.job, self.counts()):
@@ -255,12 +314,11 @@ class JobRun:
         deadline = self.deadline()
         if deadline is None or self.clock() < deadline:
             return Decision()
-        seconds = self.job.run_policy.activeDeadlineSeconds
         decision = Decision()
+        # Upstream's reason and message, word for word (pkg/controller.v1/common/job.go).
         decision.changed = self._fail(
-            "DeadlineExceeded",
-            f"{self.kind} {self.name} has failed because it was active longer than specified "
-            f"deadline ({seconds}s).",
+            "Failed",
+            f"Job {self.name} has failed because it was active longer than specified deadline",
         )
         self._count()
         decision.finished = self.finished

@@ -89,7 +89,7 @@ class WorkerMetrics:
         )
         self.pod_restarts = Counter(
             "trainhub_worker_pod_restarts",
-            "Pods recreated after a retryable failure",
+            "Pods recreated after a retryable failure, and containers restarted in place",
             ["cluster"],
             registry=registry,
         )

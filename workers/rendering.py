@@ -1,5 +1,6 @@
-"""Turn a job into the Kubernetes objects a worker creates: pods, headless services and the
-ConfigMaps some kinds need, without ever asking which kind it is."""
+"""Turn a job into the Kubernetes objects a worker creates: pods, headless services, and the
+ConfigMaps and API access (ServiceAccount, Role, RoleBinding) some kinds need, without ever
+asking which kind it is."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 from schemas.kubeflow import AnyJob
 from schemas.pod import Container, ContainerPort, EnvVar, PodSpec
 from workers.frameworks import adapter_for
-from workers.frameworks.base import FrameworkAdapter
+from workers.frameworks.base import AccessRule, FrameworkAdapter
 from workers.network import ClusterNetwork, Network
 
 GROUP = "training.kubeflow.org"
@@ -23,6 +24,7 @@ LABEL_JOB_UID = "trainhub.io/job-uid"
 LABEL_ATTEMPT = "trainhub.io/attempt"
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
 OPERATOR_NAME = "trainhub"
+_RBAC_GROUP = "rbac.authorization.k8s.io"
 
 INIT_CONTAINER_IMAGE = "alpine:3.10"
 """Upstream's default image for the container that waits for the master's name."""
@@ -111,6 +113,69 @@ class ConfigMapPlan:
 
 
 @dataclass
+class AccessPlan:
+    """A ServiceAccount, a Role and the RoleBinding between them, in the job's namespace."""
+
+    name: str
+    """The Role's and the RoleBinding's name."""
+    namespace: str
+    service_account: str
+    labels: dict[str, str]
+    rules: tuple[AccessRule, ...]
+
+    def service_account_manifest(self) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": self._metadata(self.service_account),
+        }
+
+    def role_manifest(self) -> dict[str, Any]:
+        rules: list[dict[str, Any]] = []
+        for rule in self.rules:
+            entry: dict[str, Any] = {
+                "apiGroups": [""],
+                "resources": list(rule.resources),
+                "verbs": list(rule.verbs),
+            }
+            if rule.resource_names:
+                entry["resourceNames"] = list(rule.resource_names)
+            rules.append(entry)
+        return {
+            "apiVersion": f"{_RBAC_GROUP}/v1",
+            "kind": "Role",
+            "metadata": self._metadata(self.name),
+            "rules": rules,
+        }
+
+    def role_binding_manifest(self) -> dict[str, Any]:
+        return {
+            "apiVersion": f"{_RBAC_GROUP}/v1",
+            "kind": "RoleBinding",
+            "metadata": self._metadata(self.name),
+            "subjects": [
+                {
+                    "kind": "ServiceAccount",
+                    "name": self.service_account,
+                    "namespace": self.namespace,
+                }
+            ],
+            "roleRef": {"apiGroup": _RBAC_GROUP, "kind": "Role", "name": self.name},
+        }
+
+    def manifests(self) -> list[dict[str, Any]]:
+        """In creation order: a RoleBinding's subject and role exist before it does."""
+        return [
+            self.service_account_manifest(),
+            self.role_manifest(),
+            self.role_binding_manifest(),
+        ]
+
+    def _metadata(self, name: str) -> dict[str, Any]:
+        return {"name": name, "namespace": self.namespace, "labels": dict(self.labels)}
+
+
+@dataclass
 class RenderedJob:
     job: AnyJob
     adapter: FrameworkAdapter
@@ -118,10 +183,13 @@ class RenderedJob:
     services: list[ServicePlan] = field(default_factory=list)
     config_maps: list[ConfigMapPlan] = field(default_factory=list)
     """Created before the pods that mount them."""
+    access: list[AccessPlan] = field(default_factory=list)
+    """Created before the pods that run under their ServiceAccounts."""
 
     def manifests(self) -> list[dict[str, Any]]:
         return (
-            [c.manifest() for c in self.config_maps]
+            [m for a in self.access for m in a.manifests()]
+            + [c.manifest() for c in self.config_maps]
             + [s.manifest() for s in self.services]
             + [p.manifest() for p in self.pods]
         )
@@ -277,6 +345,16 @@ def render_job(
                 namespace=job.metadata.namespace,
                 labels={**config.labels, **_job_labels(job, attempt)},
                 data=config.data,
+            )
+        )
+    for access in adapter.access(job):
+        rendered.access.append(
+            AccessPlan(
+                name=access.name,
+                namespace=job.metadata.namespace,
+                service_account=access.service_account,
+                labels={**access.labels, **_job_labels(job, attempt)},
+                rules=access.rules,
             )
         )
     for rtype in job.replica_specs:

@@ -260,6 +260,8 @@ class Worker:
         try:
             for config_map in rendered.config_maps:
                 await self.backend.create_config_map(job.uid, config_map)
+            for access in rendered.access:
+                await self.backend.create_access(job.uid, access)
             await self._carry_out(run, run.start())
         except BackendError as error:
             if error.transient:
@@ -351,6 +353,8 @@ class Worker:
             await self.backend.delete_pod(uid, pod.name, pod.namespace)
             await self._create_pod(run, pod)
             self.metrics.pod_restarts.labels(self.cluster).inc()
+        if decision.restarted_in_place:
+            self.metrics.pod_restarts.labels(self.cluster).inc(decision.restarted_in_place)
         for pod in decision.delete:
             await self.backend.delete_pod(uid, pod.name, pod.namespace)
         await self._create_pods(run, decision.create)

@@ -1,6 +1,7 @@
-"""What the multi-cluster tests on Kafka share: a hub and kube workers on one KafkaBus, a
-follower of the status topic that keeps every update with its event time, and the pods of a
-job as each cluster's admin sees them."""
+"""What the multi-cluster tests on Kafka share: a hub and kube workers on one KafkaBus,
+followers of the status and clusters topics that keep every update and heartbeat as it
+arrives, a `trainhub worker` process restarted like a Deployment's pod, and the pods of a job
+as each cluster's admin sees them."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -24,6 +26,7 @@ from schemas.codec import decode_event
 from schemas.errors import EventDecodeError
 from schemas.events import EventType, JobStatusUpdate
 from schemas.status import JobPhase
+from tests.kafka.processes import Process
 from tests.kube.sandbox_access import admin_request, job_objects, worker_backend
 from trainhub.sandbox.kube_cluster import KubeSandbox, MemberCluster
 from workers.worker import Worker, WorkerConfig
@@ -112,8 +115,51 @@ class StatusLog:
 
 
 @dataclass
+class HeartbeatLog:
+    """Every cluster heartbeat on the clusters topic, from its start, as it arrives."""
+
+    bus: Bus
+    topics: Topics
+    snapshots: dict[str, list[ClusterSnapshot]] = field(default_factory=dict)
+    _tasks: TaskOwner = field(default_factory=lambda: TaskOwner("heartbeat-log"))
+
+    async def start(self) -> None:
+        subscription = self.bus.subscribe([self.topics.clusters], group=None, start_from="earliest")
+        await subscription.start()
+        self._tasks.spawn(self._follow(subscription), "follow")
+
+    async def stop(self) -> None:
+        await self._tasks.cancel_all()
+
+    async def _follow(self, subscription: Subscription) -> None:
+        try:
+            while True:
+                for record in await subscription.poll(timeout=0.2):
+                    try:
+                        event = decode_event(record.headers, record.value)
+                    except EventDecodeError:
+                        continue
+                    if event.type != EventType.CLUSTER_HEARTBEAT:
+                        continue
+                    snapshot = ClusterSnapshot.model_validate(event.data)
+                    if snapshot.observedAt is None:
+                        snapshot = snapshot.model_copy(update={"observedAt": event.time})
+                    self.snapshots.setdefault(snapshot.name, []).append(snapshot)
+        finally:
+            await subscription.stop()
+
+    def of(self, cluster: str, *, after: datetime | None = None) -> list[ClusterSnapshot]:
+        """The cluster's heartbeats in arrival order, only those read after `after` if given."""
+        return [
+            snapshot
+            for snapshot in self.snapshots.get(cluster, [])
+            if after is None or (snapshot.observedAt is not None and snapshot.observedAt > after)
+        ]
+
+
+@dataclass
 class Fleet:
-    """A hub and one kube worker per cluster in this process, meeting on a real broker."""
+    """A hub and kube workers in this process, meeting on a real broker."""
 
     bus: KafkaBus
     topics: Topics
@@ -121,6 +167,38 @@ class Fleet:
     workers: dict[str, Worker]
     status: StatusLog
     sandbox: KubeSandbox
+    heartbeats: HeartbeatLog
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    started: list[Worker] = field(default_factory=list)
+    """The workers started so far, which the fleet stops on its way out."""
+
+    async def start_worker(
+        self,
+        name: str,
+        *,
+        advertise_namespaces: bool = True,
+        limit_namespaces: bool = True,
+        heartbeat_interval: float = 0.5,
+    ) -> Worker:
+        """Start a kube worker for cluster `name` with its least-privilege identity (see
+        `running_fleet` for the namespace switches)."""
+        cluster = self.sandbox.clusters[name]
+        namespaces = list(cluster.worker_namespaces) if advertise_namespaces else None
+        backend = worker_backend(cluster)
+        if not limit_namespaces:
+            backend.namespaces = None
+        config = WorkerConfig(
+            cluster=name, heartbeat_interval=heartbeat_interval, namespaces=namespaces
+        )
+        worker = Worker(self.bus, backend, config, self.topics, registry=self.registry)
+        try:
+            await worker.start()
+        except BaseException:
+            await worker.backend.close()
+            raise
+        self.workers[name] = worker
+        self.started.append(worker)
+        return worker
 
     def snapshot(self, name: str) -> ClusterSnapshot | None:
         """The hub's newest heartbeat of a cluster."""
@@ -161,46 +239,139 @@ async def running_fleet(
     workers: Iterable[str] | None = None,
     advertise_namespaces: bool = True,
     limit_namespaces: bool = True,
+    config: HubConfig | None = None,
 ) -> AsyncIterator[Fleet]:
-    """Start the hub and the workers of `workers` (default: every cluster), each worker with
-    its cluster's least-privilege kubeconfig and context. Without `advertise_namespaces` a
-    worker's heartbeats name no namespaces, so the hub sends it jobs of any namespace; without
-    `limit_namespaces` its backend has no namespace allow-list either (as `trainhub worker`
-    without `--namespace`)."""
+    """Start the hub (with `config`, default `hub_config()`) and the workers of `workers`
+    (default: every cluster), each worker with its cluster's least-privilege kubeconfig and
+    context. Without `advertise_namespaces` a worker's heartbeats name no namespaces, so the
+    hub sends it jobs of any namespace; without `limit_namespaces` its backend has no
+    namespace allow-list either (as `trainhub worker` without `--namespace`)."""
     bus, registry = KafkaBus(settings), CollectorRegistry()
-    hub = Hub(bus, topics, hub_config(), registry=registry)
+    hub = Hub(bus, topics, config or hub_config(), registry=registry)
     names = list(workers) if workers is not None else list(sandbox.clusters)
-    created: dict[str, Worker] = {}
-    for name in names:
-        cluster = sandbox.clusters[name]
-        namespaces = list(cluster.worker_namespaces) if advertise_namespaces else None
-        backend = worker_backend(cluster)
-        if not limit_namespaces:
-            backend.namespaces = None
-        config = WorkerConfig(cluster=name, heartbeat_interval=0.5, namespaces=namespaces)
-        created[name] = Worker(bus, backend, config, topics, registry=registry)
-    status = StatusLog(bus, topics)
+    status, heartbeats = StatusLog(bus, topics), HeartbeatLog(bus, topics)
+    fleet = Fleet(bus, topics, hub, {}, status, sandbox, heartbeats, registry)
     await bus.start()
-    started: list[Worker] = []
     try:
         await hub.start()
         await status.start()
-        for worker in created.values():
-            try:
-                await worker.start()
-            except BaseException:
-                await worker.backend.close()
-                raise
-            started.append(worker)
-        fleet = Fleet(bus, topics, hub, created, status, sandbox)
+        await heartbeats.start()
+        for name in names:
+            await fleet.start_worker(
+                name,
+                advertise_namespaces=advertise_namespaces,
+                limit_namespaces=limit_namespaces,
+            )
         await fleet.wait_registered(names)
         yield fleet
     finally:
         await status.stop()
-        for worker in started:
+        await heartbeats.stop()
+        for worker in fleet.started:
             await worker.stop()
         await hub.stop()
         await bus.close()
+
+
+class SupervisedWorker:
+    """`trainhub worker --backend kube` for one cluster as an OS process that is started again
+    whenever it exits, as the pod of its Deployment would be; `kill()` takes it down with
+    SIGKILL and keeps it down until `release()`."""
+
+    def __init__(
+        self,
+        cluster: MemberCluster,
+        settings: KafkaSettings,
+        topics: Topics,
+        logs: Path,
+        *,
+        heartbeat_interval: float = 0.5,
+        restart_delay: float = 1.0,
+    ) -> None:
+        self.cluster = cluster
+        self.args = [
+            "-v",  # INFO: what the worker did shows in its log when a test fails
+            "worker",
+            "--backend",
+            "kube",
+            "--cluster",
+            cluster.name,
+            "--kubeconfig",
+            str(cluster.worker_kubeconfig),
+            "--context",
+            cluster.worker_context,
+            "--bootstrap",
+            settings.bootstrap,
+            "--topic-prefix",
+            topics.prefix,
+            "--heartbeat-interval",
+            str(heartbeat_interval),
+            *(arg for ns in cluster.worker_namespaces for arg in ("--namespace", ns)),
+        ]
+        self.logs = logs
+        self.restart_delay = restart_delay
+        self.processes: list[Process] = []
+        self.exits: list[int] = []
+        """Exit codes of the processes that ended on their own or by `kill()`, in order."""
+        self._up = asyncio.Event()
+        self._up.set()
+        self._exited = asyncio.Event()
+        self._tasks = TaskOwner(f"supervisor-{cluster.name}")
+
+    @property
+    def current(self) -> Process:
+        return self.processes[-1]
+
+    def _spawn(self) -> None:
+        name = f"worker-{self.cluster.name}-{len(self.processes) + 1}"
+        self.processes.append(Process(name, self.args, self.logs))
+
+    async def start(self) -> None:
+        self._spawn()
+        self._tasks.spawn(self._supervise(), "restart")
+
+    async def _supervise(self) -> None:
+        while True:
+            process = self.current
+            code = await asyncio.to_thread(process.popen.wait)
+            process.terminate()  # closes its log
+            self.exits.append(code)
+            self._exited.set()
+            await self._up.wait()
+            await asyncio.sleep(self.restart_delay)
+            self._spawn()
+
+    async def wait_exits(self, count: int, timeout: float) -> None:
+        """Until `count` processes have ended; on timeout, fail showing the logs' end."""
+        try:
+            async with asyncio.timeout(timeout):
+                while len(self.exits) < count:
+                    self._exited.clear()
+                    await self._exited.wait()
+        except TimeoutError:
+            raise AssertionError(
+                f"the worker of {self.cluster.name} did not exit {count} time(s) within "
+                f"{timeout}s (exits: {self.exits})\n{self.log()[-3000:]}"
+            ) from None
+
+    def kill(self) -> None:
+        """SIGKILL the running process; no restart until `release()`."""
+        self._up.clear()
+        self.current.kill()
+
+    def release(self) -> None:
+        self._up.set()
+
+    async def stop(self) -> int | None:
+        """Stop supervising and SIGTERM the running process; its exit code (None when no
+        process was running)."""
+        await self._tasks.cancel_all()
+        if not self.processes or self.current.popen.poll() is not None:
+            return None
+        return await asyncio.to_thread(self.current.terminate)
+
+    def log(self) -> str:
+        return "".join(f"--- {p.name} ---\n{p.log()}" for p in self.processes)
 
 
 async def delete_object(cluster: MemberCluster, resource: str, obj: dict[str, Any]) -> None:

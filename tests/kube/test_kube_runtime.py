@@ -153,7 +153,9 @@ async def test_a_retryable_exit_code_recreates_the_pod_under_its_name(
         await eventually(lambda: JobPhase.FAILED in _phases(east_worker, uid), timeout=40)
         phases = _phases(east_worker, uid)
         assert phases.count(JobPhase.RESTARTING) == 1
-        assert east_worker.updates(uid)[-1].reason == "JAXJobBackoffLimitExceeded"
+        final = east_worker.updates(uid)[-1]
+        assert final.reason == "JAXJobFailed"
+        assert "reached the specified backoff limit (1)" in (final.message or "")
         (pod,) = await job_objects(east, "pods", uid)
         assert pod["metadata"]["name"] == "kube-retry-worker-0"
         assert pod["status"]["phase"] == "Failed"  # the second one, kept (cleanPodPolicy None)

@@ -49,7 +49,15 @@ def test_upstream_pi_example() -> None:
         "kubexec.sh": KUBEXEC,
         "discover_hosts.sh": "#!/bin/sh\necho pi-worker-0:1\necho pi-worker-1:1",
     }
-    assert [m["kind"] for m in rendered.manifests()] == ["ConfigMap", "Pod", "Pod", "Pod"]
+    assert [m["kind"] for m in rendered.manifests()] == [
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "ConfigMap",
+        "Pod",
+        "Pod",
+        "Pod",
+    ]
 
     launcher, worker0, _ = rendered.pods
     assert env_of(launcher) == {
@@ -111,6 +119,62 @@ def test_launcher_and_worker_mount_the_config() -> None:
                 "items": [{"key": "kubexec.sh", "path": "kubexec.sh", "mode": 0o555}],
             },
         }
+    ]
+
+
+def test_the_launcher_runs_as_its_own_account_allowed_to_exec_into_its_workers() -> None:
+    job = parse_job(document())
+    rendered = render_job(job)
+    (access,) = rendered.access
+    account, role, binding = access.manifests()
+    for manifest in (account, role, binding):
+        assert manifest["metadata"]["name"] == "pi-launcher"
+        assert manifest["metadata"]["namespace"] == "default"
+        assert manifest["metadata"]["labels"]["app"] == "pi"
+        assert manifest["metadata"]["labels"][LABEL_JOB_UID] == job.uid
+    assert (account["apiVersion"], account["kind"]) == ("v1", "ServiceAccount")
+    assert role["apiVersion"] == "rbac.authorization.k8s.io/v1"
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {
+            "apiGroups": [""],
+            "resources": ["pods/exec"],
+            "verbs": ["create"],
+            "resourceNames": ["pi-worker-0", "pi-worker-1"],
+        },
+    ]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "pi-launcher", "namespace": "default"}
+    ]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "pi-launcher",
+    }
+    launcher, worker, _ = rendered.pods
+    assert launcher.manifest()["spec"]["serviceAccountName"] == "pi-launcher"
+    assert "serviceAccountName" not in worker.manifest()["spec"]
+
+
+def test_a_launcher_account_of_the_users_own_is_bound_instead() -> None:
+    doc = document()
+    doc["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["serviceAccountName"] = "mpi"
+    rendered = render_job(parse_job(doc))
+    (access,) = rendered.access
+    account, role, binding = access.manifests()
+    assert account["metadata"]["name"] == "mpi"
+    assert (role["metadata"]["name"], binding["metadata"]["name"]) == ("pi-launcher",) * 2
+    assert binding["subjects"][0]["name"] == "mpi"
+    assert rendered.pods[0].manifest()["spec"]["serviceAccountName"] == "mpi"
+
+
+def test_without_workers_the_launcher_may_exec_into_nothing() -> None:
+    doc = document()
+    doc["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = 0
+    (access,) = render_job(parse_job(doc)).access
+    # Upstream writes the exec rule without names here, which would allow every pod.
+    assert access.role_manifest()["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
     ]
 
 

@@ -168,8 +168,11 @@ def test_exit_code_restarts_count_against_the_backoff_limit() -> None:
     third = see(run, "j-worker-0", "Failed", 143)
     assert third.restart == [] and third.finished
     assert run.restarts == 3
-    assert conditions(run)[-1] == ("Failed", "True", "JAXJobBackoffLimitExceeded")
-    assert "reached the specified backoff limit (2)" in (run.status.conditions[-1].message or "")
+    assert conditions(run)[-1] == ("Failed", "True", "JAXJobFailed")
+    assert run.status.conditions[-1].message == (
+        "Job j has failed because it has reached the specified backoff limit (2): "
+        "j-worker-0 exited with code 143."
+    )
     # The limit stops the job: worker-1, still running, goes even under cleanPodPolicy None.
     assert names(third.delete) == ["j-worker-1"]
 
@@ -240,10 +243,9 @@ def test_active_deadline_counts_from_start_time_and_fails_the_job() -> None:
     assert decision.finished and decision.changed
     assert run.phase == JobPhase.FAILED
     last = run.status.conditions[-1]
-    assert (last.type, last.reason) == ("Failed", "JAXJobDeadlineExceeded")
-    assert last.message == (
-        "JAXJob j has failed because it was active longer than specified deadline (60s)."
-    )
+    # Upstream's reason and message, word for word.
+    assert (last.type, last.reason) == ("Failed", "JAXJobFailed")
+    assert last.message == "Job j has failed because it was active longer than specified deadline"
     assert run.status.completionTime == clock.now
     # The running pod is stopped; the finished one stays for its logs (cleanPodPolicy None).
     assert names(decision.delete) == ["j-worker-0"]

@@ -141,10 +141,17 @@ def test_init_image_can_be_chosen() -> None:
     assert [c.image for c in worker.spec.initContainers or []] == ["busybox:1.36"]
 
 
-def test_manifests_list_config_maps_services_then_pods() -> None:
+def test_manifests_list_access_config_maps_services_then_pods() -> None:
     for path in EXAMPLES:
         kinds = [m["kind"] for m in render_job(parse_job(document(path))).manifests()]
-        order = {"ConfigMap": 0, "Service": 1, "Pod": 2}
+        order = {
+            "ServiceAccount": 0,
+            "Role": 1,
+            "RoleBinding": 2,
+            "ConfigMap": 3,
+            "Service": 4,
+            "Pod": 5,
+        }
         assert kinds == sorted(kinds, key=order.__getitem__), path.stem
 
 

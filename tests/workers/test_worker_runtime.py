@@ -115,8 +115,10 @@ async def test_active_deadline_fires_on_time_and_stops_the_pods() -> None:
         elapsed = time.monotonic() - started
         assert 0.9 <= elapsed < 3.0, elapsed
         final = h.updates(uid)[-1]
-        assert final.reason == "JAXJobDeadlineExceeded"
-        assert "active longer than specified deadline" in (final.message or "")
+        assert final.reason == "JAXJobFailed"
+        assert final.message == (
+            "Job late has failed because it was active longer than specified deadline"
+        )
         assert final.status is not None and final.status.completionTime is not None
         assert await backend.job_uids() == set()  # running pods stop, cleanPodPolicy or not
         assert h.worker.runs[uid].phase == JobPhase.FAILED
@@ -145,7 +147,9 @@ async def test_resume_restarts_the_deadline_from_the_new_start_time() -> None:
         await h.request(EventType.JOB_RESUMED, uid)
         await h.until_phase(uid, JobPhase.FAILED, timeout=5)
         assert 1.8 <= time.monotonic() - resumed < 4.0
-        assert h.updates(uid)[-1].reason == "JAXJobDeadlineExceeded"
+        final = h.updates(uid)[-1]
+        assert final.reason == "JAXJobFailed"
+        assert "active longer than specified deadline" in (final.message or "")
 
 
 # -- ttlSecondsAfterFinished ----------------------------------------------------------------
@@ -371,7 +375,9 @@ async def test_a_restarted_pod_gets_its_service_back_under_the_same_name() -> No
         ]  # it failed again: kept for its logs (cleanPodPolicy None)
         # The backoff limit stops the job: the master, still running, goes.
         assert backend.calls[-1] == ("delete", "torch-master-0")
-        assert h.updates(uid)[-1].reason == "PyTorchJobBackoffLimitExceeded"
+        final = h.updates(uid)[-1]
+        assert final.reason == "PyTorchJobFailed"
+        assert "reached the specified backoff limit (1)" in (final.message or "")
         restarts = h.registry.get_sample_value(
             "trainhub_worker_pod_restarts_total", {"cluster": CLUSTER}
         )

@@ -17,8 +17,11 @@ from trainhub.sandbox.errors import SandboxError
 from trainhub.sandbox.kafka_broker import start_kafka, stop_kafka
 from trainhub.sandbox.kube_cluster import (
     ClusterSpec,
+    KubeSandbox,
     load_state,
+    start_apiserver,
     start_member_clusters,
+    stop_apiserver,
     stop_member_clusters,
     write_state,
 )
@@ -129,3 +132,25 @@ def sandbox_down() -> list[str]:
             stopped.append(f"kafka (pid {pid})")
         (root / STATE).unlink()
     return stopped
+
+
+def _running_clusters() -> KubeSandbox:
+    state = sandbox_dir() / "kube"
+    if not (state / "state.json").exists():
+        raise SandboxError("no member clusters are running; start them with `trainhub sandbox up`")
+    return load_state(state)
+
+
+def apiserver_down(cluster: str) -> str:
+    """Kill one member cluster's kube-apiserver (an outage, for failover drills); its
+    scheduler and kwok keep running. Returns what was stopped."""
+    process = stop_apiserver(_running_clusters(), cluster)
+    return f"kube-apiserver of {cluster} (pid {process.pid})"
+
+
+def apiserver_up(cluster: str) -> str:
+    """Start a killed kube-apiserver again with its original flags, once it answers /readyz;
+    the state file records its new PID so that `sandbox down` stops it."""
+    member = start_apiserver(_running_clusters(), cluster)
+    pid = next(p.pid for p in member.processes if p.name == "kube-apiserver")
+    return f"kube-apiserver of {cluster} (pid {pid}) at {member.server}"

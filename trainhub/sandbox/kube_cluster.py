@@ -20,7 +20,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,11 @@ __all__ = [
     "free_ports",
     "load_state",
     "node_manifests",
+    "pause_apiserver",
+    "resume_apiserver",
+    "start_apiserver",
     "start_member_clusters",
+    "stop_apiserver",
     "stop_member_clusters",
     "write_state",
 ]
@@ -56,6 +60,7 @@ log = logging.getLogger(__name__)
 DEFAULT_STAGES = Path(__file__).resolve().parents[2] / "deploy" / "sandbox" / "kube" / "stages.yaml"
 STATE_FILE = "state.json"
 
+_APISERVER = "kube-apiserver"
 _SCHEDULER_USER = "system:kube-scheduler"
 _KWOK_USER = "kwok-controller"
 _SERVICE_CIDR = "10.0.0.0/24"
@@ -117,6 +122,8 @@ class SandboxProcess:
     pid: int
     start_ticks: int | None
     log: Path
+    args: tuple[str, ...] = ()
+    """The command line, so that a stopped process can be started again the same way."""
 
 
 @dataclass(frozen=True)
@@ -208,6 +215,89 @@ def stop_member_clusters(sandbox: KubeSandbox, grace: float = 10.0) -> None:
             _stop_foreign(process, grace)
     sandbox.children.clear()
     log.info("sandbox stopped: %s", sandbox.workdir)
+
+
+# --- faults: one cluster's apiserver goes away and comes back --------------------------------
+
+
+def stop_apiserver(
+    sandbox: KubeSandbox, cluster: str, *, sig: signal.Signals = signal.SIGKILL
+) -> SandboxProcess:
+    """Stop one member cluster's kube-apiserver, by default as an outage (SIGKILL: no
+    graceful shutdown); its scheduler and kwok keep running and reconnect once it is started
+    again with `start_apiserver`. Returns the stopped process."""
+    process = _apiserver_of(sandbox, cluster)
+    if not _is_running(process):
+        raise SandboxError(f"the kube-apiserver of {cluster} is not running (pid {process.pid})")
+    child = sandbox.children.get(process.pid)
+    if child is not None:
+        child.send_signal(sig)
+        try:
+            child.wait(timeout=30)
+        except subprocess.TimeoutExpired as exc:
+            raise SandboxError(f"the kube-apiserver of {cluster} survived {sig.name}") from exc
+        del sandbox.children[process.pid]
+    else:
+        os.kill(process.pid, sig)
+        end = time.monotonic() + 30
+        while _is_running(process):
+            if time.monotonic() > end:
+                raise SandboxError(f"the kube-apiserver of {cluster} survived {sig.name}")
+            time.sleep(0.05)
+    log.info("stopped the kube-apiserver of %s (%s)", cluster, sig.name)
+    return process
+
+
+def start_apiserver(sandbox: KubeSandbox, cluster: str, *, timeout: float = 60.0) -> MemberCluster:
+    """Start a stopped kube-apiserver again with its original flags (same port, certificate,
+    tokens and etcd prefix, so every kubeconfig still works); return the cluster, updated
+    with the new PID and recorded in the state file, once `/readyz` answers 200."""
+    old = _apiserver_of(sandbox, cluster)
+    member = sandbox.clusters[cluster]
+    if _is_running(old):
+        raise SandboxError(f"the kube-apiserver of {cluster} still runs (pid {old.pid})")
+    if not old.args:
+        raise SandboxError(f"no command line recorded for the kube-apiserver of {cluster}")
+    process = _spawn(_APISERVER, list(old.args), old.log, sandbox.children)
+    admin = ApiClient.for_cluster(member)
+    _wait_until(
+        partial(_apiserver_ready, admin, member.ca_file),
+        time.monotonic() + timeout,
+        process,
+        f"{cluster}'s /readyz after a restart",
+    )
+    member = replace(
+        member,
+        processes=tuple(process if p.name == _APISERVER else p for p in member.processes),
+    )
+    sandbox.clusters[cluster] = member
+    write_state(sandbox)
+    log.info("restarted the kube-apiserver of %s (pid %d)", cluster, process.pid)
+    return member
+
+
+def pause_apiserver(sandbox: KubeSandbox, cluster: str) -> SandboxProcess:
+    """Freeze one cluster's kube-apiserver (SIGSTOP): connections are accepted by the kernel
+    but nothing answers, as with a hung or partitioned control plane."""
+    process = _apiserver_of(sandbox, cluster)
+    os.kill(process.pid, signal.SIGSTOP)
+    log.info("paused the kube-apiserver of %s", cluster)
+    return process
+
+
+def resume_apiserver(sandbox: KubeSandbox, cluster: str) -> SandboxProcess:
+    """Let a paused kube-apiserver run again (SIGCONT); what it held is answered then."""
+    process = _apiserver_of(sandbox, cluster)
+    os.kill(process.pid, signal.SIGCONT)
+    log.info("resumed the kube-apiserver of %s", cluster)
+    return process
+
+
+def _apiserver_of(sandbox: KubeSandbox, cluster: str) -> SandboxProcess:
+    member = sandbox.clusters.get(cluster)
+    if member is None:
+        raise SandboxError(f"no member cluster {cluster!r} (have {', '.join(sandbox.clusters)})")
+    return next(p for p in member.processes if p.name == _APISERVER)
 
 
 def write_state(sandbox: KubeSandbox) -> Path:
@@ -388,7 +478,7 @@ def _launch_apiserver(
         "--profiling=false",
         *spec.apiserver_args,
     ]
-    process = _spawn("kube-apiserver", args, cluster_dir / "kube-apiserver.log", sandbox.children)
+    process = _spawn(_APISERVER, args, cluster_dir / "kube-apiserver.log", sandbox.children)
     return _Pending(spec=spec, dir=cluster_dir, port=port, tokens=tokens, apiserver=process)
 
 
@@ -589,13 +679,14 @@ def _spawn(
         )
     children[child.pid] = child
     log.debug("started %s pid %d: %s", name, child.pid, " ".join(args))
-    return SandboxProcess(name, child.pid, _start_ticks(child.pid), log_path)
+    return SandboxProcess(name, child.pid, _start_ticks(child.pid), log_path, tuple(args))
 
 
 def _stop_child(child: subprocess.Popen[bytes], grace: float) -> None:
     if child.poll() is not None:
         return
     child.send_signal(signal.SIGTERM)
+    child.send_signal(signal.SIGCONT)  # a paused process would hold the SIGTERM until resumed
     try:
         child.wait(timeout=grace)
     except subprocess.TimeoutExpired:
@@ -610,6 +701,7 @@ def _stop_foreign(process: SandboxProcess, grace: float) -> None:
             return
         try:
             os.kill(process.pid, sig)
+            os.kill(process.pid, signal.SIGCONT)  # a paused process would hold the SIGTERM
         except ProcessLookupError:
             return
         end = time.monotonic() + grace
@@ -683,7 +775,13 @@ def _service_account_keys(workdir: Path) -> tuple[Path, Path]:
 
 
 def _process_from_state(data: Mapping[str, Any]) -> SandboxProcess:
-    return SandboxProcess(data["name"], data["pid"], data["start_ticks"], Path(data["log"]))
+    return SandboxProcess(
+        data["name"],
+        data["pid"],
+        data["start_ticks"],
+        Path(data["log"]),
+        tuple(data.get("args") or ()),
+    )
 
 
 def _cluster_from_state(data: Mapping[str, Any]) -> MemberCluster:

@@ -1,7 +1,7 @@
 """The worker's least-privilege identity in a sandbox cluster, as RBAC objects: its pods,
-services and configmaps (and pod logs, and events) only in the allowed namespaces; read-only
-nodes; and read-only pods cluster-wide, because a node's free capacity depends on everyone's
-pods."""
+services and configmaps (and pod logs, and events), and the ServiceAccount, Role and
+RoleBinding of an MPIJob's launcher, only in the allowed namespaces; read-only nodes; and
+read-only pods cluster-wide, because a node's free capacity depends on everyone's pods."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ _WORKER_NODE_ROLE = "trainhub-worker-nodes"
 _WORKER_POD_READER_ROLE = "trainhub-worker-pod-reader"
 _READ = ["get", "list", "watch"]
 _WRITE = ["create", "get", "list", "watch", "delete", "patch"]
+_CREATE_AND_DELETE = ["create", "list", "delete"]
+"""Objects created once per job (409 means done) and deleted with it, found by label."""
 
 
 def namespace_manifest(name: str) -> dict[str, Any]:
@@ -39,6 +41,17 @@ def worker_rbac(namespaces: Sequence[str]) -> Iterator[tuple[str, dict[str, Any]
             _rule("configmaps", ["create", "get", "list", "delete"]),
             _rule("pods/log", ["get"]),
             _rule("events", ["create"]),
+            # An MPIJob's launcher runs as a ServiceAccount of its own whose Role lets it read
+            # pods and exec into its workers (Training Operator v1.9's launcher RBAC).
+            _rule("serviceaccounts", _CREATE_AND_DELETE),
+            _rule("roles", _CREATE_AND_DELETE, group=_RBAC_GROUP),
+            _rule("rolebindings", _CREATE_AND_DELETE, group=_RBAC_GROUP),
+            # The apiserver lets an identity create a Role, or bind one, only with permissions
+            # it holds itself, unless it has `escalate` on roles or `bind`. Those two would let
+            # the worker grant anything (bind the namespace's admin role, or write any rule);
+            # holding pods/exec adds nothing the worker cannot already do, since it creates
+            # pods with any command here. So the worker holds the launcher's permission itself.
+            _rule("pods/exec", ["create"]),
         ]
         yield f"{_RBAC_PATH}/namespaces/{namespace}/roles", role
         binding = _binding("RoleBinding", _WORKER_ROLE, namespace)
@@ -50,8 +63,8 @@ def _object(api_version: str, kind: str, name: str, namespace: str | None = None
     return {"apiVersion": api_version, "kind": kind, "metadata": metadata}
 
 
-def _rule(resource: str, verbs: list[str]) -> dict[str, Any]:
-    return {"apiGroups": [""], "resources": [resource], "verbs": verbs}
+def _rule(resource: str, verbs: list[str], *, group: str = "") -> dict[str, Any]:
+    return {"apiGroups": [group], "resources": [resource], "verbs": verbs}
 
 
 def _binding(kind: str, role: str, namespace: str | None) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import ClassVar, Literal
 
 from schemas.cluster import NodeSnapshot
 from workers.network import ClusterNetwork, Network
-from workers.rendering import ConfigMapPlan, PodPlan, ServicePlan
+from workers.rendering import AccessPlan, ConfigMapPlan, PodPlan, ServicePlan
 
 PodPhase = Literal["Pending", "Running", "Succeeded", "Failed"]
 SIM_DURATION = "trainhub.io/sim-duration"
@@ -32,9 +32,21 @@ class PodObservation:
     name: str
     phase: PodPhase
     exit_code: int | None = None
-    """The default container's exit code, once it terminated."""
+    """The default container's exit code, once it terminated; for a pod whose containers the
+    kubelet restarts in place, the latest such exit while it is Pending or Running."""
     message: str | None = None
     node: str | None = None
+    restarts: int = 0
+    """Container exits the kubelet restarted (or is about to restart) in place, over every
+    container and init container of this pod: restartCount plus the exits whose new
+    container does not exist yet. Only a kubelet restarts in place; backends whose pods the
+    worker re-creates leave it 0."""
+    restarting: bool = False
+    """Pending or Running, but a container exited and waits for the kubelet to start it
+    again."""
+    uid: str | None = None
+    """The pod object's uid where the backend has one: a pod re-created under its name is
+    another pod, with restart counts of its own."""
 
 
 @dataclass
@@ -68,6 +80,10 @@ class Backend(abc.ABC):
 
     async def create_config_map(self, job_uid: str, config_map: ConfigMapPlan) -> None:
         """Create, or accept that it already exists (backends without volumes ignore it)."""
+
+    async def create_access(self, job_uid: str, access: AccessPlan) -> None:
+        """Create the ServiceAccount, Role and RoleBinding, or accept that they exist
+        (backends whose pods cannot reach a Kubernetes API ignore them)."""
 
     @abc.abstractmethod
     async def create_service(self, job_uid: str, service: ServicePlan) -> None:

@@ -1,8 +1,8 @@
 """`kube`: a real Kubernetes cluster through kubernetes_asyncio, one kubeconfig context each.
 
-Pods and headless services are created idempotently from their rendered manifests, our pods
-are watched (list + watch, 410 relist) into observations, and capacity is read from the nodes
-and every pod bound to them.
+Pods and headless services (and the ConfigMaps and launcher access some kinds need) are
+created idempotently from their rendered manifests, our pods are watched (list + watch, 410
+relist) into observations, and capacity is read from the nodes and every pod bound to them.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from workers.rendering import (
     LABEL_JOB_UID,
     LABEL_MANAGED,
     OPERATOR_NAME,
+    AccessPlan,
     ConfigMapPlan,
     PodPlan,
     ServicePlan,
@@ -46,6 +47,8 @@ MANAGED_SELECTOR = f"{LABEL_MANAGED}={OPERATOR_NAME}"
 _NOT_TERMINAL = ",".join(f"status.phase!={phase}" for phase in TERMINAL_PHASES)
 _LOG_TIMEOUT = 10.0
 _DELETE_CONCURRENCY = 16
+_JOB_RESOURCES = ("pods", "services", "configmaps", "serviceaccounts", "roles", "rolebindings")
+"""Every kind of object the worker creates for a job, all labelled with its uid."""
 
 
 @dataclass
@@ -196,6 +199,28 @@ class KubeBackend(Backend):
             config_map.manifest(),
         )
 
+    async def create_access(self, job_uid: str, access: AccessPlan) -> None:
+        """ServiceAccount, Role, then the RoleBinding that joins them. The apiserver lets us
+        create a Role only with permissions we hold ourselves (RBAC escalation prevention),
+        which is why the worker's own Role carries `pods/exec`."""
+        core, rbac, namespace = self.api.core, self.api.rbac, access.namespace
+        for resource, name, method, manifest in (
+            (
+                "serviceaccounts",
+                access.service_account,
+                core.create_namespaced_service_account,
+                access.service_account_manifest(),
+            ),
+            ("roles", access.name, rbac.create_namespaced_role, access.role_manifest()),
+            (
+                "rolebindings",
+                access.name,
+                rbac.create_namespaced_role_binding,
+                access.role_binding_manifest(),
+            ),
+        ):
+            await self._create(job_uid, resource, namespace, name, method, manifest)
+
     async def create_service(self, job_uid: str, service: ServicePlan) -> None:
         core = self.api.core
         await self._create(
@@ -243,15 +268,18 @@ class KubeBackend(Backend):
             raise
 
     async def _delete(self, job_uid: str, resource: str, namespace: str, name: str) -> None:
-        core = self.api.core
+        core, rbac = self.api.core, self.api.rbac
         options: dict[str, Any] = {"propagation_policy": "Background"}
+        method = {
+            "pods": core.delete_namespaced_pod,
+            "services": core.delete_namespaced_service,
+            "configmaps": core.delete_namespaced_config_map,
+            "serviceaccounts": core.delete_namespaced_service_account,
+            "roles": rbac.delete_namespaced_role,
+            "rolebindings": rbac.delete_namespaced_role_binding,
+        }[resource]
         if resource == "pods":
-            method = core.delete_namespaced_pod
             options["grace_period_seconds"] = 0
-        elif resource == "services":
-            method = core.delete_namespaced_service
-        else:
-            method = core.delete_namespaced_config_map
         try:
             await self.api.call("delete", resource, namespace, method, name, namespace, **options)
         except KubeNotFound:
@@ -266,7 +294,7 @@ class KubeBackend(Backend):
         selector = f"{LABEL_JOB_UID}={job_uid}"
         targets = [
             (resource, obj)
-            for resource in ("pods", "services", "configmaps")
+            for resource in _JOB_RESOURCES
             for obj in await self._list_ours(resource, selector)
         ]
         limit = asyncio.Semaphore(_DELETE_CONCURRENCY)
@@ -285,7 +313,7 @@ class KubeBackend(Backend):
 
     async def _list_ours(self, resource: str, selector: str) -> list[dict[str, Any]]:
         """Our objects of one kind matching `selector`, in the allowed namespaces."""
-        core = self.api.core
+        core, rbac = self.api.core, self.api.rbac
         items: list[dict[str, Any]] = []
         everywhere, namespaced = {
             "pods": (core.list_pod_for_all_namespaces, core.list_namespaced_pod),
@@ -293,6 +321,15 @@ class KubeBackend(Backend):
             "configmaps": (
                 core.list_config_map_for_all_namespaces,
                 core.list_namespaced_config_map,
+            ),
+            "serviceaccounts": (
+                core.list_service_account_for_all_namespaces,
+                core.list_namespaced_service_account,
+            ),
+            "roles": (rbac.list_role_for_all_namespaces, rbac.list_namespaced_role),
+            "rolebindings": (
+                rbac.list_role_binding_for_all_namespaces,
+                rbac.list_namespaced_role_binding,
             ),
         }[resource]
         if self.namespaces is None:
@@ -352,9 +389,11 @@ class KubeBackend(Backend):
         return pods
 
     async def job_uids(self) -> set[str]:
-        objects = await self._list_ours("pods", MANAGED_SELECTOR)
-        objects += await self._list_ours("services", MANAGED_SELECTOR)
-        objects += await self._list_ours("configmaps", MANAGED_SELECTOR)
+        objects = [
+            obj
+            for resource in _JOB_RESOURCES
+            for obj in await self._list_ours(resource, MANAGED_SELECTOR)
+        ]
         return {uid for uid in map(job_uid_of, objects) if uid is not None}
 
     async def pod_logs(self, job_uid: str, name: str) -> str:

@@ -170,7 +170,8 @@ def classify(
 
 
 class KubeApi:
-    """CoreV1 calls that answer JSON dicts, retried on throttling, outages and lost connections.
+    """CoreV1 and RBAC calls that answer JSON dicts, retried on throttling, outages and lost
+    connections.
 
     Every call names its verb, resource and namespace so that a refusal explains itself.
     """
@@ -186,6 +187,7 @@ class KubeApi:
     ) -> None:
         self.api_client = api_client
         self.core: Any = k8s.CoreV1Api(api_client)
+        self.rbac: Any = k8s.RbacAuthorizationV1Api(api_client)
         self.cluster = cluster
         self.identity = identity
         self.retry = retry or RetryPolicy()
@@ -211,7 +213,7 @@ class KubeApi:
         *args: Any,
         **kwargs: Any,
     ) -> dict[str, Any]:
-        """Call a CoreV1Api method; return its JSON body or raise a KubeError."""
+        """Call an API method; return its JSON body or raise a KubeError."""
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.retry.attempts),
             wait=self._wait,

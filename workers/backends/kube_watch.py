@@ -1,5 +1,6 @@
 """Following our pods: list + watch with resourceVersion and bookmarks, relisting on 410 Gone,
-and turning each pod's phase changes into one `PodObservation` apiece."""
+and turning each pod's phase changes, and each restart the kubelet makes in place, into one
+`PodObservation` apiece."""
 
 from __future__ import annotations
 
@@ -30,6 +31,10 @@ DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 KNOWN_MAIN_CONTAINERS = ("jax", "pytorch", "tensorflow", "xgboost", "paddle", "mpi")
 _PHASES: tuple[PodPhase, ...] = ("Pending", "Running", "Succeeded", "Failed")
 _UNSCHEDULABLE = "Unschedulable"
+# Waiting reasons of a container that is not backing off after an exit: the kubelet is
+# creating it (a new container, whose restartCount already counts the exit) or its pod is
+# still initialising.
+_NOT_BACKING_OFF = ("", "ContainerCreating", "PodInitializing")
 # What ends one watch stream without ending the watching: outages, bad lines, server errors.
 _INTERRUPTIONS: tuple[type[BaseException], ...] = (KubeError, ValueError, *CONNECTION_ERRORS)
 
@@ -39,30 +44,107 @@ ResyncHandler = Callable[[str | None, set[str]], None]
 """Called after a (re)list of a scope with the uids of every pod the list returned."""
 
 
-def _terminated_exit_code(statuses: list[Mapping[str, Any]], name: str | None) -> int | None:
-    for status in statuses:
-        if name is not None and status.get("name") != name:
-            continue
-        terminated = (status.get("state") or {}).get("terminated") or {}
-        if terminated.get("exitCode") is not None:
-            return int(terminated["exitCode"])
-    return None
+def _terminated_exit_code(status: Mapping[str, Any], place: str = "state") -> int | None:
+    terminated = (status.get(place) or {}).get("terminated") or {}
+    code = terminated.get("exitCode")
+    return None if code is None else int(code)
 
 
-def main_exit_code(pod: Mapping[str, Any]) -> int | None:
-    """The main container's exit code: the annotated default container, else a known
-    framework container, else the first container that terminated with one."""
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+def _main_container(pod: Mapping[str, Any]) -> str | None:
+    """The annotated default container, else a known framework container."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
     preferred = annotations.get(DEFAULT_CONTAINER_ANNOTATION)
-    if preferred not in names:
-        preferred = next((n for n in KNOWN_MAIN_CONTAINERS if n in names), None)
-    if preferred is not None:
-        code = _terminated_exit_code(statuses, preferred)
+    if preferred in names:
+        return str(preferred)
+    return next((n for n in KNOWN_MAIN_CONTAINERS if n in names), None)
+
+
+def main_exit_code(pod: Mapping[str, Any]) -> int | None:
+    """The main container's exit code (see `_main_container`), else the first container's
+    that terminated with one."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    main = _main_container(pod)
+    for status in sorted(statuses, key=lambda status: status.get("name") != main):
+        code = _terminated_exit_code(status)
         if code is not None:
             return code
-    return _terminated_exit_code(statuses, None)
+    return None
+
+
+@dataclass(frozen=True)
+class RestartState:
+    """What the kubelet's in-place restarts of a pod's containers look like in its status."""
+
+    restarts: int = 0
+    """restartCount over every container and init container, plus the exits whose new
+    container does not exist yet (the kubelet counts a restart when it creates that)."""
+    restarting: bool = False
+    """Some container exited and its new one does not run yet."""
+    exit_code: int | None = None
+    """The latest such exit's code, the main container's first."""
+
+
+def _kubelet_restarts(policy: str, exit_code: int | None, *, init: bool, sidecar: bool) -> bool:
+    """Whether the kubelet starts a container again after this exit (pkg/kubelet:
+    ShouldContainerBeRestarted): sidecars always; otherwise never under Never, every exit of
+    a regular container under Always, and only failures under OnFailure and of init
+    containers (which are done once they succeed)."""
+    if sidecar:
+        return True
+    if policy == "Never":
+        return False
+    if policy == "Always" and not init:
+        return True
+    return exit_code not in (0, None)
+
+
+def _pending_exit(status: Mapping[str, Any]) -> tuple[bool, int | None]:
+    """(exited, code) of a container whose new one does not exist yet: terminated, or
+    backing off with the exit as its last state."""
+    state = status.get("state") or {}
+    if state.get("terminated") is not None:
+        return True, _terminated_exit_code(status)
+    waiting = state.get("waiting")
+    last = (status.get("lastState") or {}).get("terminated")
+    if waiting is not None and last is not None and waiting.get("reason") not in _NOT_BACKING_OFF:
+        return True, _terminated_exit_code(status, "lastState")
+    return False, None
+
+
+def restart_state(pod: Mapping[str, Any]) -> RestartState:
+    """The pod's in-place restarts. Only a Pending or Running pod has restarts to come; a
+    pod that ended restarts nothing, and only its restartCounts count."""
+    status = pod.get("status") or {}
+    spec = pod.get("spec") or {}
+    policy = str(spec.get("restartPolicy") or "Always")
+    live = status.get("phase") in ("Pending", "Running")
+    main = _main_container(pod)
+    sidecars = {
+        c.get("name")
+        for c in spec.get("initContainers") or []
+        if c.get("restartPolicy") == "Always"
+    }
+    restarts, restarting = 0, False
+    # (not pending, not the main container, code) of each exit seen: pending exits first,
+    # the main container's first among equals.
+    exits: list[tuple[bool, bool, int]] = []
+    for field_name, init in (("containerStatuses", False), ("initContainerStatuses", True)):
+        for container in status.get(field_name) or []:
+            restarts += int(container.get("restartCount") or 0)
+            exited, code = _pending_exit(container) if live else (False, None)
+            sidecar = init and container.get("name") in sidecars
+            if exited and _kubelet_restarts(policy, code, init=init, sidecar=sidecar):
+                restarts += 1
+                restarting = True
+                if code is not None:
+                    exits.append((False, container.get("name") != main, code))
+                continue
+            previous = _terminated_exit_code(container, "lastState")
+            if previous is not None:
+                exits.append((True, container.get("name") != main, previous))
+    exit_code = min(exits)[2] if exits and restarts else None
+    return RestartState(restarts, restarting, exit_code)
 
 
 def _unschedulable_message(pod: Mapping[str, Any]) -> str | None:
@@ -95,6 +177,8 @@ class PodObserver:
 
     emitted: dict[str, set[str]] = field(default_factory=dict)
     """pod uid -> the phases (and `Unschedulable`) already reported"""
+    restarts: dict[str, tuple[int, bool]] = field(default_factory=dict)
+    """pod uid -> the (restarts, restarting) last reported, for restarts made in place"""
     namespaces: dict[str, str] = field(default_factory=dict)
     """pod uid -> namespace, so that a namespace's relist prunes only its own pods"""
 
@@ -108,19 +192,24 @@ class PodObserver:
         message: str | None = None
         exit_code: int | None = None
         key = str(phase)
+        restarts = restart_state(pod)
         if phase == "Pending":
             message = _unschedulable_message(pod)
             if message is not None:
                 key = _UNSCHEDULABLE
-        elif phase in ("Succeeded", "Failed"):
+        if phase in ("Succeeded", "Failed"):
             exit_code = main_exit_code(pod)
             if phase == "Failed":
                 message = _failure_message(pod)
+        else:
+            exit_code = restarts.exit_code
         self.namespaces[uid] = str(metadata.get("namespace") or "")
         seen = self.emitted.setdefault(uid, set())
-        if key in seen:
+        reported = self.restarts.get(uid, (0, False))
+        if key in seen and reported == (restarts.restarts, restarts.restarting):
             return None
         seen.add(key)
+        self.restarts[uid] = (restarts.restarts, restarts.restarting)
         return PodObservation(
             job_uid=job_uid,
             name=str(metadata.get("name")),
@@ -128,10 +217,14 @@ class PodObserver:
             exit_code=exit_code,
             message=message,
             node=(pod.get("spec") or {}).get("nodeName") or None,
+            restarts=restarts.restarts,
+            restarting=restarts.restarting,
+            uid=uid,
         )
 
     def forget(self, uid: str) -> None:
         self.emitted.pop(uid, None)
+        self.restarts.pop(uid, None)
         self.namespaces.pop(uid, None)
 
     def retain(self, uids: set[str], namespace: str | None = None) -> None:

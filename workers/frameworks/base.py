@@ -43,6 +43,27 @@ class ConfigData:
     labels: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class AccessRule:
+    """One RBAC rule in the core API group; no `resource_names` means every object."""
+
+    resources: tuple[str, ...]
+    verbs: tuple[str, ...]
+    resource_names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class AccessData:
+    """API access some pods of a kind need (MPIJob's launcher execs into its workers): a
+    ServiceAccount and a Role bound to it; rendering adds the namespace and the job's labels."""
+
+    name: str
+    """The Role's and the RoleBinding's name."""
+    service_account: str
+    rules: tuple[AccessRule, ...]
+    labels: dict[str, str] = field(default_factory=dict)
+
+
 def service_name(job: AnyJob, rtype: str, index: int) -> str:
     return f"{job.metadata.name}-{rtype.lower()}-{index}"
 
@@ -110,6 +131,10 @@ class FrameworkAdapter(abc.ABC):
 
     def config_maps(self, job: AnyJob) -> list[ConfigData]:
         """ConfigMaps to create before the pods."""
+        return []
+
+    def access(self, job: AnyJob) -> list[AccessData]:
+        """ServiceAccounts with their Roles to create before the pods that run under them."""
         return []
 
     def decorate_pod(self, job: AnyJob, rtype: str, index: int, spec: PodSpec) -> PodSpec:

@@ -1,5 +1,7 @@
 """MPIJob (v1): a launcher pod runs `mpirun`, worker pods wait; a ConfigMap carries the
-hostfile and the `kubectl exec` agent through which mpirun reaches the workers. No Services."""
+hostfile and the `kubectl exec` agent through which mpirun reaches the workers, and the
+launcher runs as a ServiceAccount of its own whose Role lets it exec into exactly those
+workers. No Services."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ from typing import Any
 from schemas.kubeflow import AnyJob, MPIJob
 from schemas.pod import Container, EnvVar, PodSpec
 from workers.frameworks.base import (
+    AccessData,
+    AccessRule,
     ConfigData,
     FrameworkAdapter,
     ReplicaCounts,
@@ -39,6 +43,17 @@ def config_map_name(job: AnyJob) -> str:
     return f"{job.metadata.name}-config"
 
 
+def launcher_name(job: AnyJob) -> str:
+    """The launcher pod's name, also its ServiceAccount's, Role's and RoleBinding's."""
+    return f"{job.metadata.name}-launcher"
+
+
+def launcher_service_account(job: AnyJob) -> str:
+    """The launcher template's own serviceAccountName, else `<job>-launcher` (upstream)."""
+    own = getattr(job.replica_specs["Launcher"].template.spec, "serviceAccountName", None)
+    return str(own) if own else launcher_name(job)
+
+
 def has_gpu_launcher(job: AnyJob) -> bool:
     """Upstream's test: any launcher limit named `*.com/gpu` or containing `gpu`."""
     launcher = job.replica_specs["Launcher"].template.spec.containers
@@ -61,7 +76,7 @@ class MPIAdapter(FrameworkAdapter):
 
     def pod_name(self, job: AnyJob, rtype: str, index: int) -> str:
         if rtype == "Launcher":
-            return f"{job.metadata.name}-launcher"
+            return launcher_name(job)
         return f"{job.metadata.name}-worker-{index}"
 
     def main_container(self, job: AnyJob, rtype: str) -> str:
@@ -114,8 +129,30 @@ class MPIAdapter(FrameworkAdapter):
             )
         ]
 
+    def access(self, job: AnyJob) -> list[AccessData]:
+        """Upstream's launcher Role: read pods, and exec into the job's workers by name."""
+        workers = tuple(self.pod_name(job, "Worker", i) for i in range(job.replicas_of("Worker")))
+        rules = [AccessRule(resources=("pods",), verbs=("get", "list", "watch"))]
+        if workers:
+            # Upstream writes this rule with no names when there are no workers, and a rule
+            # without resourceNames grants exec into every pod of the namespace: left out.
+            rules.append(
+                AccessRule(resources=("pods/exec",), verbs=("create",), resource_names=workers)
+            )
+        return [
+            AccessData(
+                name=launcher_name(job),
+                service_account=launcher_service_account(job),
+                rules=tuple(rules),
+                labels={"app": job.metadata.name},
+            )
+        ]
+
     def decorate_pod(self, job: AnyJob, rtype: str, index: int, spec: PodSpec) -> PodSpec:
         main = self.main_container(job, rtype)
+        account: dict[str, Any] = {}
+        if rtype == "Launcher":
+            account["serviceAccountName"] = launcher_service_account(job)
         config_mount = {"name": CONFIG_VOLUME, "mountPath": CONFIG_MOUNT}
         if rtype == "Launcher":
             items = [(KUBEXEC, _SCRIPT_MODE), (HOSTFILE, _HOSTFILE_MODE)]
@@ -157,6 +194,7 @@ class MPIAdapter(FrameworkAdapter):
                 "containers": containers,
                 "initContainers": init,
                 "volumes": [*own_volumes, *volumes],
+                **account,
             }
         )
 

@@ -1,0 +1,86 @@
+"""Every command's `--help` ends with examples that the command really accepts."""
+
+from __future__ import annotations
+
+import shlex
+
+import typer
+from typer._click.core import Command
+
+# typer bundles its own click; a parse error is its UsageError (no public name for it).
+from typer._click.exceptions import UsageError
+from typer.core import TyperCommand, TyperGroup
+from typer.testing import CliRunner
+
+from trainhub.cli import app
+
+
+def command_paths(command: Command, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every group and command under `command`, as the words that name it."""
+    found = [path]
+    if isinstance(command, TyperGroup):
+        for name, sub in sorted(command.commands.items()):
+            if not sub.hidden:
+                found += command_paths(sub, (*path, name))
+    return found
+
+
+def resolve(words: list[str]) -> tuple[str, ...]:
+    """Parse `trainhub WORDS` as the CLI would, without running it; the command path it
+    names. A UsageError (unknown option, missing argument, bad value) fails the test."""
+    command = typer.main.get_command(app)
+    context = command.make_context("trainhub", list(words))
+    path: list[str] = []
+    while isinstance(command, TyperGroup):
+        rest = [*context._protected_args, *context.args]
+        name, sub, args = command.resolve_command(context, rest)
+        assert name is not None and sub is not None
+        path.append(name)
+        command, context = sub, sub.make_context(name, args, parent=context)
+    assert isinstance(command, TyperCommand)
+    return tuple(path)
+
+
+def help_text(path: tuple[str, ...]) -> str:
+    """`trainhub PATH --help` as a user sees it in a pipe (80 columns, no colour)."""
+    result = CliRunner().invoke(app, [*path, "--help"], env={"NO_COLOR": "1"})
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def examples_of(text: str) -> list[str]:
+    """The lines of the Examples section (up to the end of the help)."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == "Examples:")
+    return [line.strip() for line in lines[start + 1 :] if line.strip()]
+
+
+def test_every_command_has_runnable_examples() -> None:
+    paths = command_paths(typer.main.get_command(app))
+    assert ("get", "jobs") in paths and ("sandbox", "up") in paths and ("plan",) in paths
+    for path in paths:
+        text = help_text(path)
+        shown = " ".join(("trainhub", *path))
+        assert "Examples:" in text, f"`{shown} --help` has no Examples section"
+        lines = examples_of(text)
+        # At 80 columns no example may be wrapped: every line is a whole command.
+        assert lines and all(line.startswith("trainhub ") for line in lines), (shown, lines)
+        runnable = [line for line in lines if "COMMAND" not in line]
+        assert runnable, shown
+        for line in runnable:
+            words = shlex.split(line)[1:]
+            try:
+                named = resolve(words)
+            except UsageError as exc:
+                raise AssertionError(f"`{line}` (in `{shown} --help`): {exc}") from exc
+            assert named[: len(path)] == path, f"`{line}` is not an example of `{shown}`"
+
+
+def test_resolve_refuses_what_the_cli_refuses() -> None:
+    assert resolve(["get", "jobs", "-o", "wide"]) == ("get", "jobs")
+    for words in (["get", "jobs", "-o", "tall"], ["plan", "job.yaml"], ["up", "--frobnicate"]):
+        try:
+            resolve(words)
+        except UsageError:
+            continue
+        raise AssertionError(f"{words} parsed")

@@ -1,0 +1,63 @@
+"""A job's pods as the SDK reports them: named from the job document the hub put on the
+status topic, rendered exactly as every worker renders it.
+
+Pod names are deterministic (`<job>-<replica type>-<index>`) on every backend (kube, local,
+sim), so this needs no round trip to the worker and works whichever cluster runs the job.
+Per-pod phases are not on the bus; the job's `status.replicaStatuses` counts them per
+replica type.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from schemas.errors import ContractError
+from schemas.job_parsing import parse_job
+from trainhub.sdk_errors import TrainHubError
+from trainhub.sdk_view import TrainHubJob
+from workers.rendering import LABEL_JOB_ROLE, render_job
+
+
+class JobPodsUnknownError(TrainHubError):
+    """The status topic no longer holds the job's document (retention), so its pods cannot
+    be named."""
+
+
+class JobPod(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    namespace: str
+    replica_type: str
+    replica_index: int
+    is_master: bool
+    """Carries `training.kubeflow.org/job-role=master` (Kubeflow's master replica)."""
+    cluster: str | None
+    """The cluster the job is placed on; None while it is placed nowhere."""
+    labels: dict[str, str]
+
+
+def job_pods(job: TrainHubJob) -> list[JobPod]:
+    """Every pod of the job's current run, in replica order."""
+    if job.spec is None:
+        raise JobPodsUnknownError(
+            f"the status topic no longer holds the document of job {job.key}: "
+            "its pods cannot be named"
+        )
+    try:
+        parsed = parse_job(job.spec)
+    except ContractError as exc:
+        raise JobPodsUnknownError(f"job {job.key} has no pods: {exc}") from exc
+    rendered = render_job(parsed, attempt=max(job.attempt, 1))
+    return [
+        JobPod(
+            name=pod.name,
+            namespace=pod.namespace,
+            replica_type=pod.replica_type,
+            replica_index=pod.index,
+            is_master=pod.labels.get(LABEL_JOB_ROLE) == "master",
+            cluster=job.cluster,
+            labels=dict(pod.labels),
+        )
+        for pod in rendered.pods
+    ]
