@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import json
 import statistics
+import sys
 import tempfile
 import time
 import uuid
@@ -33,9 +34,11 @@ from bus.topics import Topics
 from dispatcher.hub import Hub, HubConfig
 from schemas.cluster import ClusterSnapshot, NodeSnapshot
 from schemas.codec import decode_event
-from schemas.events import EventType, JobStatusUpdate, make_event
+from schemas.events import EventType, JobStatusUpdate, JobSubmitted, make_event
+from schemas.job_parsing import job_uid_of
 from schemas.quantity import parse_quantity
 from schemas.status import JobPhase
+from trainhub.processes import tune_gc
 from trainhub.producer import submit_document
 
 RESULTS = Path(__file__).parent / "results"
@@ -108,48 +111,54 @@ async def throughput(bus: Bus, jobs: int) -> dict[str, float]:
     for i in range(jobs):
         await submit_document_nowait(bus, topics, job(i, run))
     await bus.flush()
-    hub = Hub(bus, topics, HubConfig(max_heartbeat_age=3600))
+    hub = Hub(bus, topics, HubConfig(max_heartbeat_age=3600, lost_after=3600))
     started = time.perf_counter()
     await hub.start()
+    tune_gc()  # as `trainhub hub` does
     await _until_placed(hub, jobs)
     elapsed = time.perf_counter() - started
     await hub.stop()
     return {"jobs": jobs, "seconds": round(elapsed, 3), "jobs_per_s": round(jobs / elapsed, 1)}
 
 
-async def submit_document_nowait(bus: Bus, topics: Topics, document: dict[str, Any]) -> None:
-    from schemas.events import JobSubmitted
-    from schemas.job_parsing import job_uid_of
-
+async def submit_document_nowait(bus: Bus, topics: Topics, document: dict[str, Any]) -> float:
+    """Queue the submission without waiting for the broker's ack (as a fleet of producers
+    offers load: none waits for another's ack); returns the submission's CloudEvent time."""
     uid = job_uid_of(document) or ""
     event = make_event(EventType.JOB_SUBMITTED, "bench", uid, JobSubmitted(job=document))
     await publish_event(bus, topics.jobs, uid, event, wait=False)
+    return event.time.timestamp()
 
 
-async def latency(bus: Bus, rate: float, seconds: float) -> dict[str, float]:
+async def latency(
+    bus: Bus, rate: float, seconds: float, bootstrap: str | None = None
+) -> dict[str, float]:
+    """With `bootstrap` (Kafka), the jobs come from a producer process of their own
+    (`bench.offer_jobs`), as they would in production; on the in-memory bus they can only
+    come from this process, which the hub then shares its CPU with."""
     topics = Topics(prefix=f"bench{uuid.uuid4().hex[:8]}")
     await bus.create_topics(topics.shared_specs())
     await heartbeat(bus, topics)
-    hub = Hub(bus, topics, HubConfig(max_heartbeat_age=3600))
+    hub = Hub(bus, topics, HubConfig(max_heartbeat_age=3600, lost_after=3600))
     await hub.start()
-    run = uuid.uuid4().hex[:6]
+    tune_gc()  # as `trainhub hub` does
+    # The cluster's assignments topic is created on the first placement: not part of what a
+    # running hub's latency is.
+    await submit_document(bus, topics, job(0, "warmup"))
+    await _until_placed(hub, 1)
     total = int(rate * seconds)
-    submitted: dict[str, float] = {}
-    start = time.perf_counter()
-    for i in range(total):
-        target = start + i / rate
-        delay = target - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        document = job(i, run)
-        uid = await submit_document(bus, topics, document)
-        submitted[uid] = time.time()
-    await _until_placed(hub, total)
+    if bootstrap is None:
+        submitted = await _offer_here(bus, topics, rate, total)
+    else:
+        submitted = await _offer_from_a_process(bootstrap, topics, rate, seconds)
+    times = sorted(submitted.values())
+    offered = (len(times) - 1) / (times[-1] - times[0])
+    await _until_placed(hub, total + 1)
     await hub.stop()
     assigned = await assigned_times(bus, topics)
     waits = sorted(1000 * (assigned[u] - t) for u, t in submitted.items() if u in assigned)
     return {
-        "offered_jobs_per_s": rate,
+        "offered_jobs_per_s": round(offered, 1),
         "jobs": total,
         "p50_ms": round(statistics.median(waits), 2),
         "p99_ms": round(waits[int(0.99 * (len(waits) - 1))], 2),
@@ -157,8 +166,38 @@ async def latency(bus: Bus, rate: float, seconds: float) -> dict[str, float]:
     }
 
 
+async def _offer_here(bus: Bus, topics: Topics, rate: float, total: int) -> dict[str, float]:
+    run = uuid.uuid4().hex[:6]
+    submitted: dict[str, float] = {}
+    start = time.perf_counter()
+    for i in range(total):
+        delay = start + i / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        document = job(i, run)
+        submitted[job_uid_of(document) or ""] = await submit_document_nowait(bus, topics, document)
+    await bus.flush()
+    return submitted
+
+
+async def _offer_from_a_process(
+    bootstrap: str, topics: Topics, rate: float, seconds: float
+) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="bench-offer-") as folder:
+        out = Path(folder) / "submitted.json"
+        args = ["--bootstrap", bootstrap, "--prefix", topics.prefix, "--rate", str(rate)]
+        args += ["--seconds", str(seconds), "--out", str(out)]
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bench.offer_jobs", *args
+        )
+        if await process.wait() != 0:
+            raise RuntimeError(f"the offering producer failed (exit {process.returncode})")
+        submitted: dict[str, float] = json.loads(out.read_text())
+    return submitted
+
+
 @asynccontextmanager
-async def kafka_bus(bootstrap: str | None) -> AsyncIterator[KafkaBus]:
+async def kafka_bus(bootstrap: str | None) -> AsyncIterator[tuple[KafkaBus, str]]:
     broker = None
     if bootstrap is None:
         from trainhub.sandbox.kafka_broker import start_kafka, stop_kafka
@@ -168,7 +207,7 @@ async def kafka_bus(bootstrap: str | None) -> AsyncIterator[KafkaBus]:
     bus = KafkaBus(KafkaSettings(bootstrap=bootstrap))
     await bus.start()
     try:
-        yield bus
+        yield bus, bootstrap
     finally:
         await bus.close()
         if broker is not None:
@@ -182,10 +221,10 @@ async def main(jobs: int, rate: float, seconds: float, bootstrap: str | None) ->
         "memory": {"throughput": await throughput(memory, jobs)},
     }
     report["memory"]["latency"] = await latency(memory, rate, seconds)
-    async with kafka_bus(bootstrap) as bus:
+    async with kafka_bus(bootstrap) as (bus, address):
         report["kafka"] = {
             "throughput": await throughput(bus, jobs),
-            "latency": await latency(bus, rate, seconds),
+            "latency": await latency(bus, rate, seconds, bootstrap=address),
         }
     report["kafka_vs_memory_throughput"] = round(
         report["kafka"]["throughput"]["jobs_per_s"] / report["memory"]["throughput"]["jobs_per_s"],

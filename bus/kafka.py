@@ -1,11 +1,16 @@
-"""The `Bus` on Apache Kafka (aiokafka): idempotent acks=all producer, manual commits."""
+"""The `Bus` on Apache Kafka (aiokafka): idempotent acks=all producer, manual commits.
+
+A broker that goes away (restart, network cut) is waited for: every call retries retriable
+errors with bounded exponential backoff, and the producer keeps undelivered records for
+`KafkaSettings.delivery_timeout_ms`, so hub, workers and producers carry on once it is back.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
 from aiokafka import TopicPartition as KafkaTP
@@ -13,7 +18,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.conn import create_conn
 from aiokafka.errors import (
     AuthenticationFailedError,
+    ClusterAuthorizationFailedError,
     CommitFailedError,
+    GroupAuthorizationFailedError,
     IllegalStateError,
     KafkaConnectionError,
     KafkaError,
@@ -21,12 +28,15 @@ from aiokafka.errors import (
     NodeNotReadyError,
     RequestTimedOutError,
     SaslAuthenticationFailed,
+    TopicAuthorizationFailedError,
     UnsupportedSaslMechanismError,
 )
 from tenacity import (
     AsyncRetrying,
-    retry_if_exception_type,
+    RetryCallState,
+    retry_if_exception,
     stop_after_attempt,
+    stop_after_delay,
     wait_exponential,
 )
 
@@ -49,16 +59,75 @@ log = logging.getLogger(__name__)
 
 _TRANSIENT = (KafkaConnectionError, KafkaTimeoutError, NodeNotReadyError, RequestTimedOutError)
 _AUTH = (AuthenticationFailedError, UnsupportedSaslMechanismError, SaslAuthenticationFailed)
+_DENIED = (
+    TopicAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    ClusterAuthorizationFailedError,
+)
 _TOPIC_EXISTS = 36
+_TOPIC_AUTHORIZATION_FAILED = 29
+_MAX_BATCH_BYTES = 512 * 1024
+"""Below the broker's default message.max.bytes (1 MiB), which a batch must fit."""
+_T = TypeVar("_T")
+
+
+def _transient(exc: BaseException) -> bool:
+    """Errors a broker restart or a leader move causes, which go away by themselves:
+    connection failures, timeouts and every error Kafka marks retriable (no leader yet,
+    coordinator loading, not the coordinator...)."""
+    if isinstance(exc, (*_AUTH, *_DENIED)):
+        return False
+    return isinstance(exc, _TRANSIENT) or (isinstance(exc, KafkaError) and exc.retriable)
+
+
+def _log_retry(state: RetryCallState) -> None:
+    outcome = state.outcome
+    error = outcome.exception() if outcome is not None else None
+    wait = state.next_action.sleep if state.next_action is not None else 0.0
+    log.warning("Kafka unavailable (%r); retry %d in %.1fs", error, state.attempt_number, wait)
 
 
 def _retrying(settings: KafkaSettings) -> AsyncRetrying:
+    """For connecting: a broker that never answers fails the start in about 20 s."""
     return AsyncRetrying(
-        retry=retry_if_exception_type(_TRANSIENT),
+        retry=retry_if_exception(_transient),
         wait=wait_exponential(multiplier=0.2, max=10),
         stop=stop_after_attempt(settings.connect_attempts),
+        before_sleep=_log_retry,
         reraise=True,
     )
+
+
+async def _until_back(settings: KafkaSettings, call: Callable[[], Awaitable[_T]]) -> _T:
+    """`call()`, retried through a broker outage of up to `settings.outage_timeout_s`."""
+    try:
+        # Tried once bare first: every send goes through here, and building a retrier per
+        # record cost more than the send itself.
+        return await call()
+    except Exception as exc:
+        if not _transient(exc):
+            raise
+        log.warning("Kafka call failed, retrying with backoff: %s", exc)
+    async for attempt in AsyncRetrying(
+        retry=retry_if_exception(_transient),
+        wait=wait_exponential(multiplier=0.2, max=5),
+        stop=stop_after_delay(settings.outage_timeout_s),
+        before_sleep=_log_retry,
+        reraise=True,
+    ):
+        with attempt:
+            return await call()
+    raise AssertionError("unreachable: tenacity either returns or raises")
+
+
+class KafkaAuthorizationError(BusError):
+    """The broker's ACLs do not allow this principal what it tried; retrying will not help."""
+
+
+def _principal(settings: KafkaSettings) -> str:
+    if settings.security_protocol.startswith("SASL") and settings.sasl_username:
+        return f"User:{settings.sasl_username}"
+    return "User:ANONYMOUS" if settings.security_protocol == "PLAINTEXT" else "this client"
 
 
 def _fatal(exc: BaseException, settings: KafkaSettings, action: str) -> BusError:
@@ -66,6 +135,11 @@ def _fatal(exc: BaseException, settings: KafkaSettings, action: str) -> BusError
         return BusError(
             f"Kafka at {settings.bootstrap} refused the credentials of "
             f"{settings.sasl_username!r} ({settings.sasl_mechanism}) while {action}: {exc}"
+        )
+    if isinstance(exc, _DENIED):
+        return KafkaAuthorizationError(
+            f"Kafka at {settings.bootstrap} refused {_principal(settings)} {action}: "
+            f"{type(exc).__name__} (the ACLs each role needs: bus/kafka_acls.py, README)"
         )
     return BusError(f"Kafka at {settings.bootstrap} failed while {action}: {exc!r}")
 
@@ -76,13 +150,23 @@ class KafkaBus(Bus):
         self._producer: AIOKafkaProducer | None = None
         self._admin: AIOKafkaAdminClient | None = None
         self._topics: set[str] = set()
+        self._undelivered: list[tuple[str, BaseException]] = []
+        """Records queued with `send` that the producer gave up on; `flush` raises them."""
 
     async def start(self) -> None:
         producer = AIOKafkaProducer(
-            **self.settings.client_options(),
+            **{
+                **self.settings.client_options(),
+                # aiokafka fails a queued batch whose partition has no known leader once it is
+                # older than the request timeout; a broker restart is longer than 15 s.
+                "request_timeout_ms": self.settings.delivery_timeout_ms,
+            },
             enable_idempotence=True,
             acks="all",
             linger_ms=2,
+            # A job's document makes records of a few KiB: the default 16 KiB batch sent a
+            # request per handful of them, and requests, not bytes, were the cost.
+            max_batch_size=_MAX_BATCH_BYTES,
         )
         admin = AIOKafkaAdminClient(**self.settings.client_options())
         try:
@@ -138,28 +222,46 @@ class KafkaBus(Bus):
         return self._producer
 
     async def create_topics(self, specs: Sequence[TopicSpec]) -> None:
-        if self._admin is None:
+        admin = self._admin
+        if admin is None:
             raise BusError("KafkaBus is not started")
         missing = [s for s in specs if s.name not in self._topics]
         if not missing:
             return
-        response = await self._admin.create_topics([_new_topic(s) for s in missing])
+        new_topics = [_new_topic(s) for s in missing]
+        response = await _until_back(self.settings, lambda: admin.create_topics(new_topics))
+        denied: set[str] = set()
         for topic, code, *rest in response.topic_errors:
-            if code not in (0, _TOPIC_EXISTS):
+            if code == _TOPIC_AUTHORIZATION_FAILED:
+                # Under ACLs only the hub (and a worker, for its own assignments topic) may
+                # create topics; the others use them once they exist (see bus/kafka_acls.py).
+                denied.add(topic)
+            elif code not in (0, _TOPIC_EXISTS):
                 detail = rest[0] if rest else ""
                 raise BusError(f"cannot create topic {topic!r}: error {code} {detail}")
-        self._topics.update(s.name for s in missing)
+        if denied:
+            log.info(
+                "not allowed to create %s; using them once they exist", ", ".join(sorted(denied))
+            )
+        self._topics.update(s.name for s in missing if s.name not in denied)
 
     async def _require_topic(self, topic: str) -> None:
         if topic in self._topics:
             return
-        assert self._admin is not None
-        self._topics.update(await self._admin.list_topics())
-        if topic not in self._topics:
-            raise UnknownTopicError(
-                f"topic {topic!r} does not exist on {self.settings.bootstrap} "
-                "(trainhub creates its topics at start; auto-creation is off)"
-            )
+        admin = self._admin
+        assert admin is not None
+        self._topics.update(await _until_back(self.settings, admin.list_topics))
+        if topic in self._topics:
+            return
+        # Listing shows only the topics this principal may describe: ask for this one by
+        # name to tell "not there" from "not yours".
+        described = await _until_back(self.settings, lambda: admin.describe_topics([topic]))
+        if any(t["error_code"] == _TOPIC_AUTHORIZATION_FAILED for t in described):
+            raise _fatal(TopicAuthorizationFailedError(), self.settings, f"using topic {topic}")
+        raise UnknownTopicError(
+            f"topic {topic!r} does not exist on {self.settings.bootstrap} "
+            "(trainhub creates its topics at start, the hub first of all; auto-creation is off)"
+        )
 
     async def publish(
         self, topic: str, value: bytes, *, key: bytes | None = None, headers: Headers = ()
@@ -167,11 +269,10 @@ class KafkaBus(Bus):
         await self._require_topic(topic)
         producer = self._started_producer()
         try:
-            async for attempt in _retrying(self.settings):
-                with attempt:
-                    meta = await producer.send_and_wait(
-                        topic, value, key=key, headers=list(headers)
-                    )
+            meta = await _until_back(
+                self.settings,
+                lambda: producer.send_and_wait(topic, value, key=key, headers=list(headers)),
+            )
         except KafkaError as exc:
             raise _fatal(exc, self.settings, f"publishing to {topic}") from exc
         return RecordMetadata(meta.topic, meta.partition, meta.offset)
@@ -180,11 +281,34 @@ class KafkaBus(Bus):
         self, topic: str, value: bytes, *, key: bytes | None = None, headers: Headers = ()
     ) -> None:
         await self._require_topic(topic)
-        # The producer retries delivery itself (idempotently); flush() surfaces failures.
-        await self._started_producer().send(topic, value, key=key, headers=list(headers))
+        producer = self._started_producer()
+        # The producer retries delivery itself (idempotently, in order); a record it gives up
+        # on is remembered here and raised by flush(), so no offset is committed past it.
+        try:
+            delivery = await _until_back(
+                self.settings,
+                lambda: producer.send(topic, value, key=key, headers=list(headers)),
+            )
+        except KafkaError as exc:
+            raise _fatal(exc, self.settings, f"publishing to {topic}") from exc
+        delivery.add_done_callback(lambda done: self._note_delivery(topic, done))
+
+    def _note_delivery(self, topic: str, delivery: asyncio.Future[Any]) -> None:
+        if delivery.cancelled():
+            self._undelivered.append((topic, asyncio.CancelledError()))
+            return
+        error = delivery.exception()
+        if error is not None:
+            self._undelivered.append((topic, error))
 
     async def flush(self) -> None:
         await self._started_producer().flush()
+        if self._undelivered:
+            failed, self._undelivered = self._undelivered, []
+            topic, first = failed[0]
+            raise _fatal(
+                first, self.settings, f"delivering {len(failed)} queued record(s) to {topic}"
+            )
 
     def subscribe(
         self,
@@ -276,7 +400,7 @@ class KafkaSubscription(Subscription):
         """Subscribe only once the broker's metadata lists our topics (just-created topics
         take a moment), or the group's first assignment silently misses them."""
         for _ in range(100):
-            if set(self._topics) <= set(await consumer.topics()):
+            if set(self._topics) <= set(await _until_back(self._bus.settings, consumer.topics)):
                 return
             await asyncio.sleep(0.1)
         await consumer.stop()
@@ -303,7 +427,12 @@ class KafkaSubscription(Subscription):
 
     async def poll(self, timeout: float = 1.0, max_records: int = 500) -> list[Record]:
         consumer = self._started()
-        batches = await consumer.getmany(timeout_ms=int(timeout * 1000), max_records=max_records)
+        try:
+            batches = await consumer.getmany(
+                timeout_ms=int(timeout * 1000), max_records=max_records
+            )
+        except _DENIED as exc:
+            raise _fatal(exc, self._bus.settings, f"reading {', '.join(self._topics)}") from exc
         records: list[Record] = []
         for tp, batch in batches.items():
             for msg in batch:
@@ -333,7 +462,7 @@ class KafkaSubscription(Subscription):
         if not owned:
             return
         try:
-            await consumer.commit(owned)
+            await _until_back(self._bus.settings, lambda: consumer.commit(owned))
         except (CommitFailedError, IllegalStateError) as exc:
             # A rebalance took the partitions away: their new owner re-reads from the
             # last commit, which is at-least-once, not loss.
@@ -348,7 +477,7 @@ class KafkaSubscription(Subscription):
         target = KafkaTP(tp.topic, tp.partition)
         if target not in consumer.assignment():
             raise BusError(f"cannot seek {tp.topic}[{tp.partition}]: not assigned")
-        end = (await consumer.end_offsets([target]))[target]
+        end = (await self._end_offsets(consumer, [target]))[target]
         # Clamped to the end as the memory bus does; an offset before the log start (removed
         # by retention) resets by `start_from` on the next fetch.
         consumer.seek(target, max(0, min(offset, end)))
@@ -356,8 +485,13 @@ class KafkaSubscription(Subscription):
     async def seek_to_time(self, timestamp_ms: int) -> None:
         consumer = self._started()
         partitions = list(consumer.assignment())
-        found = await consumer.offsets_for_times({tp: timestamp_ms for tp in partitions})
-        ends = await consumer.end_offsets(partitions)
+        # Ends first: a partition with no record at or after the time yet may get one between
+        # the two look-ups, and an end read afterwards would skip it.
+        ends = await self._end_offsets(consumer, partitions)
+        found = await _until_back(
+            self._bus.settings,
+            lambda: consumer.offsets_for_times({tp: timestamp_ms for tp in partitions}),
+        )
         for tp in partitions:
             hit = found.get(tp)
             consumer.seek(tp, hit.offset if hit is not None else ends[tp])
@@ -367,8 +501,16 @@ class KafkaSubscription(Subscription):
         partitions = list(consumer.assignment())
         if not partitions:
             return 0
-        ends = await consumer.end_offsets(partitions)
+        ends = await self._end_offsets(consumer, partitions)
         total = 0
         for tp in partitions:
             total += max(0, ends[tp] - await consumer.position(tp))
         return total
+
+    async def _end_offsets(
+        self, consumer: AIOKafkaConsumer, partitions: list[KafkaTP]
+    ) -> dict[KafkaTP, int]:
+        ends: dict[KafkaTP, int] = await _until_back(
+            self._bus.settings, lambda: consumer.end_offsets(partitions)
+        )
+        return ends

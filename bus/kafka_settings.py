@@ -22,7 +22,14 @@ class KafkaSettings:
     client_id: str = "trainhub"
     request_timeout_ms: int = 15_000
     connect_attempts: int = 8
-    """Attempts (with exponential backoff up to ~10 s) before a broker counts as unreachable."""
+    """Attempts (with exponential backoff up to ~10 s) before a broker counts as unreachable
+    at start."""
+    outage_timeout_s: float = 120.0
+    """How long a started client retries a broker that went away (restart, network cut) with
+    exponential backoff (0.2 s doubling up to 5 s) before the call fails."""
+    delivery_timeout_ms: int = 120_000
+    """How long the producer keeps a record it cannot deliver yet (aiokafka also uses it as
+    the producer's request timeout)."""
 
     def client_options(self) -> dict[str, Any]:
         """Keyword arguments shared by aiokafka's producer, consumer and admin client."""

@@ -41,6 +41,15 @@ class Topics:
     def assignments(self, cluster: str) -> str:
         return f"{self.prefix}.assignments.{cluster}"
 
+    @property
+    def hub_group(self) -> str:
+        """The consumer group the hub reads the jobs topic in."""
+        return f"{self.prefix}-hub"
+
+    def worker_group(self, cluster: str) -> str:
+        """The consumer group a cluster's worker reads its assignments topic in."""
+        return f"{self.prefix}-worker-{cluster}"
+
     def _spec(
         self, name: str, *, compacted: bool = False, partitions: int | None = None
     ) -> TopicSpec:

@@ -53,6 +53,11 @@ class FairnessConfig:
     def limit_of(self, queue: str) -> int | None:
         return self.queue_limits.get(queue, self.default_queue_limit)
 
+    @property
+    def limits_queues(self) -> bool:
+        """Whether any queue has a limit: only then are the jobs in flight counted."""
+        return bool(self.queue_limits) or self.default_queue_limit is not None
+
 
 def in_flight_by_queue(records: Iterable[JobRecord], config: FairnessConfig) -> Counter[str]:
     """How many jobs of each queue hold an in-flight slot (pass the whole ledger)."""
@@ -124,10 +129,11 @@ class QueueTurns:
         self, queued: Iterable[JobRecord], everyone: Iterable[JobRecord]
     ) -> list[tuple[JobRecord, str | None]]:
         """`queued`: the jobs waiting for placement; `everyone`: at least every job in an
-        in-flight phase (the whole ledger will do)."""
-        return admission_order(
-            queued, in_flight_by_queue(everyone, self.config), self.config, self._last_served
-        )
+        in-flight phase (the whole ledger will do; read only when a queue has a limit)."""
+        in_flight: Counter[str] = Counter()
+        if self.config.limits_queues:
+            in_flight = in_flight_by_queue(everyone, self.config)
+        return admission_order(queued, in_flight, self.config, self._last_served)
 
     def placed(self, record: JobRecord) -> None:
         """Note that `record` was placed: its queue goes to the back of the turn order."""

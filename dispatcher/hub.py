@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
 from prometheus_client import CollectorRegistry
 
@@ -17,6 +18,7 @@ from bus.topics import Topics
 from dispatcher.demand import job_demand
 from dispatcher.fairness import IN_FLIGHT_PHASES, QueueTurns
 from dispatcher.gang_fit import NodeRoom, gang_fit
+from dispatcher.heartbeat_feed import HeartbeatFeedClock
 from dispatcher.ledger import JobRecord, Ledger
 from dispatcher.metrics import HubMetrics
 from dispatcher.placement import Placement, Placer, VersionedReservations
@@ -87,6 +89,8 @@ class Hub:
         self._consumers: list[EventConsumer] = []
         self._replaying = False
         self._source_header = self.config.source.encode()
+        self._feed_clock: HeartbeatFeedClock | None = None
+        """Measures clusters' silences in time the hub could hear them (set at start)."""
         self._lost: set[str] = set()
         self.metrics.track(self)
 
@@ -94,7 +98,7 @@ class Hub:
 
     async def start(self) -> None:
         await self.bus.create_topics(self.topics.shared_specs())
-        group = f"{self.topics.prefix}-hub"
+        group = self.topics.hub_group
         # Status and heartbeats are read whole by every hub instance (no group): together
         # they are the hub's state, so a restarted hub rebuilds it by reading them again.
         status = self._consumer(
@@ -106,9 +110,14 @@ class Hub:
         for consumer in self._consumers:
             await consumer.subscription.start()
         await self._rebuild(status, clusters)
+        interval = min(0.5, self.config.lost_after / 10)
+        self._feed_clock = HeartbeatFeedClock(
+            datetime.now(UTC), interval, keep=timedelta(seconds=10 * self.config.lost_after)
+        )
         for consumer in self._consumers:
             self._tasks.spawn(consumer.run(), "consume")
         self._tasks.spawn(self._schedule_loop(), "schedule")
+        self._tasks.spawn(self._follow_heartbeat_feed(clusters, interval), "heartbeat-feed")
         lag = {
             self.topics.status: status.subscription,
             self.topics.clusters: clusters.subscription,
@@ -435,10 +444,24 @@ class Hub:
         await self._publish_status(record, reason="Redispatched", message=reason)
         self._wake.set()
 
+    async def _follow_heartbeat_feed(self, clusters: EventConsumer, interval: float) -> None:
+        """Tell the feed clock each time the hub has provably read every heartbeat on the
+        bus: the broker answered that nothing published before the check is left after the
+        consumer's position (and what a poll returns is handled before the consumer yields,
+        so position means handled). A check the broker does not answer waits (retried)."""
+        assert self._feed_clock is not None
+        while True:
+            checked_at = datetime.now(UTC)
+            if await clusters.subscription.lag() == 0:
+                self._feed_clock.caught_up(checked_at)
+            await asyncio.sleep(interval)
+
     async def _check_clusters(self) -> None:
         """Mark clusters whose heartbeats stopped as lost and move their jobs elsewhere."""
         for snapshot in self.clusters.all():
-            age = snapshot.age_seconds()
+            if self._feed_clock is None:
+                return
+            age = self._feed_clock.silence(snapshot.observedAt)
             if age <= self.config.lost_after:
                 if snapshot.name in self._lost:
                     self._lost.discard(snapshot.name)
@@ -496,7 +519,10 @@ class Hub:
     async def schedule_pending(self) -> None:
         queued = self.ledger.in_phase(JobPhase.QUEUED)
         placed: list[JobRecord] = []
-        for record, held in self.turns.order(queued, self.ledger.in_phase(*IN_FLIGHT_PHASES)):
+        in_flight = (
+            self.ledger.in_phase(*IN_FLIGHT_PHASES) if self.turns.config.limits_queues else ()
+        )
+        for record, held in self.turns.order(queued, in_flight):
             assert record.job is not None
             if held is not None:
                 if held != record.message:

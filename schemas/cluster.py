@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Literal
@@ -42,6 +43,26 @@ class ClusterPolicy(BaseModel):
     allowHostPath: bool = False
     allowHostNetwork: bool = False
     allowHostPID: bool = False
+
+    @classmethod
+    def allowing(cls, names: Iterable[str]) -> ClusterPolicy:
+        """The policy allowing exactly `names` (privileged, hostPath, hostNetwork, hostPID, as
+        `trainhub worker --allow` takes them); ValueError names an unknown one."""
+        fields: dict[str, bool] = {}
+        for name in names:
+            field_name = _ALLOWANCES.get(name)
+            if field_name is None:
+                raise ValueError(f"unknown pod privilege {name!r}; known: {', '.join(_ALLOWANCES)}")
+            fields[field_name] = True
+        return cls(**fields)
+
+
+_ALLOWANCES = {
+    "privileged": "allowPrivileged",
+    "hostPath": "allowHostPath",
+    "hostNetwork": "allowHostNetwork",
+    "hostPID": "allowHostPID",
+}
 
 
 class ClusterSnapshot(BaseModel):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any
@@ -41,22 +42,32 @@ def parse_quantity(value: Any) -> Decimal:
     """Parse `500m`, `2Gi`, `1e3`, `4` or a number into an exact Decimal."""
     if isinstance(value, bool):
         raise QuantityError(f"not a quantity: {value!r}")
+    if isinstance(value, str):
+        return _parse_text(value)
     if isinstance(value, int | float | Decimal):
         number = Decimal(str(value))
-    elif isinstance(value, str):
-        match = _PATTERN.match(value.strip())
-        if not match:
-            raise QuantityError(f"not a quantity: {value[:64]!r}")
-        try:
-            number = Decimal(match["num"])
-        except InvalidOperation as exc:  # pragma: no cover - the regex admits only numbers
-            raise QuantityError(f"not a quantity: {value[:64]!r}") from exc
-        if match["exp"]:
-            number = number.scaleb(int(match["exp"][1:]))
-        else:
-            number *= _SUFFIXES[match["suffix"] or ""]
     else:
         raise QuantityError(f"not a quantity: {value!r}")
+    return _in_range(number, value)
+
+
+@functools.lru_cache(maxsize=4096)  # job templates repeat a handful of quantities endlessly
+def _parse_text(value: str) -> Decimal:
+    match = _PATTERN.match(value.strip())
+    if not match:
+        raise QuantityError(f"not a quantity: {value[:64]!r}")
+    try:
+        number = Decimal(match["num"])
+    except InvalidOperation as exc:  # pragma: no cover - the regex admits only numbers
+        raise QuantityError(f"not a quantity: {value[:64]!r}") from exc
+    if match["exp"]:
+        number = number.scaleb(int(match["exp"][1:]))
+    else:
+        number *= _SUFFIXES[match["suffix"] or ""]
+    return _in_range(number, value)
+
+
+def _in_range(number: Decimal, value: Any) -> Decimal:
     if not number.is_finite() or abs(number) > _MAX:
         raise QuantityError(f"quantity out of range: {value!r}")
     return number

@@ -20,7 +20,7 @@ from rich.console import Console
 
 from bus.base import BusError
 from dispatcher.placement_config import PlacementConfig
-from schemas.cluster import ClustersFile
+from schemas.cluster import ClusterPolicy, ClustersFile
 from schemas.errors import ContractError
 from schemas.events import EventType, JobStatusUpdate
 from schemas.job_parsing import load_documents, load_job_file, parse_job
@@ -289,6 +289,7 @@ def hub(settings: TrainhubSettings) -> None:
         "trainhub worker --cluster east --backend sim --capacity cpu=16,memory=64Gi",
         "trainhub worker --cluster west --capacity cpu=4,memory=8Gi,nodes=2",
         "trainhub worker --cluster gpu --backend kube --kubeconfig gpu-kubeconfig",
+        "trainhub worker --cluster spot --backend sim --weight 80 --allow hostPath",
     )
 )
 @with_settings
@@ -308,10 +309,31 @@ def worker(
     kubeconfig: Annotated[Path | None, typer.Option(help="kube backend: kubeconfig file.")] = None,
     context: Annotated[str | None, typer.Option(help="kube backend: kubeconfig context.")] = None,
     logs_dir: Annotated[Path | None, typer.Option(help="local backend: pod logs here.")] = None,
+    weight: Annotated[
+        float | None,
+        typer.Option(help="Operator preference 0..100 for this cluster (cluster-weight score)."),
+    ] = None,
+    cost: Annotated[
+        float | None,
+        typer.Option(help="Relative price of this cluster (cost score: cheaper wins)."),
+    ] = None,
+    allow: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow",
+            help="Let pods ask for privileged, hostPath, hostNetwork or hostPID here "
+            "(repeatable; refused by default).",
+        ),
+    ] = None,
 ) -> None:
     """Run one cluster's worker: create the pods of the jobs the hub assigns to it."""
     _require_bootstrap(settings)
     try:
+        policy = ClusterPolicy.allowing(allow or [])
+        if weight is not None and not 0 <= weight <= 100:
+            raise ValueError(f"--weight must be within 0..100 (got {weight:g})")
+        if cost is not None and not cost >= 0:
+            raise ValueError(f"--cost must be >= 0 (got {cost:g})")
         labels = dict(item.split("=", 1) for item in label or [])
         chosen = make_worker_backend(
             backend,
@@ -324,7 +346,18 @@ def worker(
         )
     except ValueError as exc:
         raise fail(str(exc)) from None
-    asyncio.run(run_worker(settings, chosen, cluster, labels=labels, namespaces=namespace))
+    asyncio.run(
+        run_worker(
+            settings,
+            chosen,
+            cluster,
+            labels=labels,
+            namespaces=namespace,
+            weight=weight,
+            cost=cost,
+            policy=policy,
+        )
+    )
 
 
 @app.command(

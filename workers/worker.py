@@ -2,23 +2,33 @@
 
 Every change to a run (an assignment, a suspension, a pod observation, a timer) happens under
 one lock, so the backend calls that carry out one decision never interleave with another's.
+A transient refusal of the cluster (its apiserver unreachable) never ends the worker: the work
+it interrupted is tried again with backoff, and heartbeats pause until capacity can be read.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+)
 
 from bus.aiotasks import TaskOwner
 from bus.base import Bus, Record
 from bus.events import EventConsumer, events_to_end, publish_event
 from bus.topics import Topics
-from schemas.cluster import ClusterSnapshot
+from schemas.cluster import ClusterPolicy, ClusterSnapshot
 from schemas.events import (
     CloudEvent,
     EventType,
@@ -31,7 +41,7 @@ from schemas.events import (
     make_event,
 )
 from schemas.job_parsing import parse_job
-from workers.backends.base import Backend, BackendError, PodObservation
+from workers.backends.base import Backend, BackendError, Capacity, PodObservation
 from workers.job_run import Decision, JobRun
 from workers.log_requests import LogRequests
 from workers.metrics import worker_metrics
@@ -42,8 +52,34 @@ log = logging.getLogger(__name__)
 UNSCHEDULABLE_REASON = "Unschedulable"
 _POLL_TIMEOUT = 0.5
 _STOP_GRACE = 30.0
-_CREATE_CONCURRENCY = 16
 """How long a stopping worker lets the assignments it is handling finish."""
+_CREATE_CONCURRENCY = 16
+_RETRY_FIRST = 0.2
+_RETRY_MAX = 5.0
+"""Bounds of the pause before work that a transient refusal interrupted is tried again."""
+_ADOPT_ATTEMPTS = 5
+"""Tries of the adoption pass before the worker gives up starting (its Deployment restarts
+it): running without that pass could leak the pods of jobs revoked while it was away."""
+_OVERDUE_INTERVALS = 3
+_OVERDUE_SLACK = 2.0
+_SWEEP_ROUNDS = 2
+"""Sweeps one heartbeat may make before a capacity read comes back in time to report it."""
+
+
+def is_transient(error: BaseException) -> bool:
+    return isinstance(error, BackendError) and error.transient
+
+
+def retry_wait(failures: int) -> float:
+    """Seconds to wait after the `failures`-th failure in a row: doubling, bounded."""
+    return min(_RETRY_MAX, _RETRY_FIRST * 2.0 ** min(max(failures - 1, 0), 10))
+
+
+class StaleCapacity(BackendError):
+    """Capacity reads kept coming back later than a heartbeat may be late: none is reported
+    (the hub may have moved jobs meanwhile, so the numbers may count them)."""
+
+    transient = True
 
 
 @dataclass
@@ -54,16 +90,44 @@ class WorkerConfig:
     namespaces: list[str] | None = None
     unschedulable_timeout: float = 120.0
     """Seconds a job's pods may stay unschedulable before the job is handed back."""
+    weight: float | None = None
+    """The operator's static preference for this cluster, 0..100 (cluster-weight score)."""
+    cost: float | None = None
+    """Relative price of running here (cost score: cheaper scores higher)."""
+    policy: ClusterPolicy = field(default_factory=ClusterPolicy)
+    """What pods may ask of this cluster's nodes (privileged, hostPath, ...)."""
+    overdue_after: float | None = None
+    """Seconds after the last reported capacity read past which the hub may have taken this
+    cluster's jobs away (a failed heartbeat counts too): the worker then deletes the jobs no
+    longer assigned here before it reports again. Default: three heartbeat intervals, and at
+    least one interval plus two seconds; keep it below the hub's `max_heartbeat_age`."""
 
     @property
     def source(self) -> str:
         return f"trainhub/worker/{self.cluster}"
+
+    @property
+    def heartbeat_overdue_after(self) -> float:
+        if self.overdue_after is not None:
+            return self.overdue_after
+        interval = self.heartbeat_interval
+        return max(_OVERDUE_INTERVALS * interval, interval + _OVERDUE_SLACK)
 
 
 @dataclass
 class _Timer:
     due: datetime
     task: asyncio.Task[None]
+
+
+@dataclass
+class _Placements:
+    """What a cluster's assignments topic says, read from its start to its end."""
+
+    wanted: dict[str, JobAssigned] = field(default_factory=dict)
+    """The newest assignment of each job still placed here."""
+    revoked: dict[str, int] = field(default_factory=dict)
+    """Jobs whose newest event here is a revocation, with the attempt it ends."""
 
 
 class Worker:
@@ -94,6 +158,18 @@ class Worker:
         self._stopping = False
         self._batch_done = asyncio.Event()
         self._batch_done.set()
+        self._queued: dict[str, list[Decision]] = {}
+        """Decisions a transient refusal interrupted, per job: carried out (what is left of
+        them) before that job's next one."""
+        self._unprepared: set[str] = set()
+        """Jobs whose ConfigMaps and access objects are not all made yet."""
+        self._interrupted = asyncio.Event()
+        """Set when a transient refusal leaves work in `_queued` or `_unprepared`."""
+        self._in_doubt = False
+        """A heartbeat failed or came late, so the hub may have moved jobs away: sweep before
+        reporting capacity again."""
+        self._reported_at: float | None = None
+        """Monotonic time of the capacity read last reported (or of the last sweep's start)."""
 
     @property
     def cluster(self) -> str:
@@ -108,7 +184,7 @@ class Worker:
             self.bus,
             [self.topics.assignments(self.cluster)],
             self._on_assignment_event,
-            group=f"{self.topics.prefix}-worker-{self.cluster}",
+            group=self.topics.worker_group(self.cluster),
             dead_letter_topic=self.topics.dead_letters,
             component=self.config.source,
             on_dead_letter=self._count_dead_letter,
@@ -122,57 +198,103 @@ class Worker:
         self._tasks.spawn(self._observe_loop(), "observe")
         self._tasks.spawn(self._heartbeat_loop(), "heartbeat")
         self._tasks.spawn(self._unschedulable_loop(), "unschedulable")
+        self._tasks.spawn(self._catch_up_loop(), "catch-up")
         log.info("worker started", extra={"cluster": self.cluster, "backend": self.backend.kind})
 
     async def _adopt(self) -> None:
         """After a restart: take back the jobs whose objects are still in the cluster, and
         delete the objects of jobs that were revoked or that this cluster never had.
 
-        The assignments topic says what the hub wants here (its newest event per job); the
-        cluster says what exists. Adopted runs create nothing: the backend's first listing
-        reports their pods, and status continues from there."""
+        A transient refusal is tried again a few times, then start fails; a refusal for good
+        (an identity that may not list cluster-wide) means running without adoption."""
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(_ADOPT_ATTEMPTS),
+            wait=wait_exponential(multiplier=_RETRY_FIRST, max=_RETRY_MAX),
+            retry=retry_if_exception(is_transient),
+            before_sleep=self._adoption_retry,
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                await self._reconcile(adopt=True)
+
+    def _adoption_retry(self, state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        log.warning("cannot adopt yet, trying again: %s", error, extra=self._extra())
+
+    async def _sweep(self) -> None:
+        """Delete the objects of jobs the hub took away while this worker could not hear it,
+        and drop their runs (the lock is held)."""
+        started = time.monotonic()
+        log.info("sweeping the jobs no longer assigned here", extra=self._extra())
+        await self._reconcile(adopt=False)
+        self._in_doubt = False
+        self._reported_at = started
+
+    async def _reconcile(self, *, adopt: bool) -> None:
+        """Make the cluster agree with the assignments topic (its newest event per job): the
+        objects of jobs not assigned here go, and so do the runs of jobs revoked here; with
+        `adopt`, jobs still assigned here whose objects exist get a run back.
+
+        Adopted runs create nothing: the backend's first listing reports their pods, and status
+        continues from there. The lock is held, or nothing else runs yet."""
         try:
             existing = await self.backend.job_uids()
         except BackendError as error:
-            # E.g. an identity that may not list cluster-wide: run without adoption.
-            log.warning("cannot look for jobs to adopt: %s", error, extra=self._extra())
+            if error.transient:
+                raise
+            # E.g. an identity that may not list cluster-wide: only the runs in hand are known.
+            log.warning("cannot look for the jobs in the cluster: %s", error, extra=self._extra())
+            existing = set()
+        if not existing and not self.runs:
             return
-        if not existing:
-            return
-        wanted = await self._replay_assignments()
-        for uid in existing:
-            assigned = wanted.get(uid)
-            if assigned is None:
-                log.warning("deleting objects of a job not assigned here", extra=self._extra(uid))
-                await self.backend.delete_job(uid)
+        placements = await self._replay_assignments()
+        for uid in sorted(existing | set(self.runs)):
+            run = self.runs.get(uid)
+            assigned = placements.wanted.get(uid)
+            if assigned is not None:
+                if adopt and run is None:
+                    self._take_back(assigned)
                 continue
-            job = parse_job(assigned.job)
-            rendered = render_job(
-                job,
-                self.backend.network(),
-                attempt=assigned.attempt,
-                wait_for_master=self.backend.init_containers,
-            )
-            self.runs[uid] = JobRun(rendered, self.cluster, assigned.attempt)
-            log.info("adopted a running job", extra=self._extra(uid))
+            ended = placements.revoked.get(uid)
+            if run is not None and (ended is None or ended < run.attempt):
+                continue  # its assignment left the topic's retention: not a revocation
+            log.warning("deleting objects of a job not assigned here", extra=self._extra(uid))
+            await self.backend.delete_job(uid)
+            if run is not None:
+                self._forget(run)
         self._export_jobs()
 
-    async def _replay_assignments(self) -> dict[str, JobAssigned]:
-        """The newest assignment of each job still placed here, from the whole topic."""
-        wanted: dict[str, JobAssigned] = {}
+    def _take_back(self, assigned: JobAssigned) -> None:
+        job = parse_job(assigned.job)
+        rendered = render_job(
+            job,
+            self.backend.network(),
+            attempt=assigned.attempt,
+            wait_for_master=self.backend.init_containers,
+        )
+        self.runs[job.uid] = JobRun(rendered, self.cluster, assigned.attempt)
+        log.info("adopted a running job", extra=self._extra(job.uid))
+
+    async def _replay_assignments(self) -> _Placements:
+        """The newest assignment or revocation of each job, from the whole topic."""
+        placements = _Placements()
+        wanted, revoked = placements.wanted, placements.revoked
         async for event in events_to_end(self.bus, self.topics.assignments(self.cluster)):
             try:
                 if event.type == EventType.JOB_ASSIGNED:
                     assigned = event.data_as(JobAssigned)
                     wanted[assigned.uid] = assigned
+                    revoked.pop(assigned.uid, None)
                 elif event.type == EventType.JOB_REVOKED:
-                    revoked = event.data_as(JobRevoked)
-                    known = wanted.get(revoked.uid)
-                    if known is not None and known.attempt <= revoked.attempt:
-                        del wanted[revoked.uid]
+                    revocation = event.data_as(JobRevoked)
+                    known = wanted.get(revocation.uid)
+                    if known is None or known.attempt <= revocation.attempt:
+                        wanted.pop(revocation.uid, None)
+                        revoked[revocation.uid] = revocation.attempt
             except ValueError:
                 continue  # the live consumer dead-letters it
-        return wanted
+        return placements
 
     @property
     def crashed(self) -> asyncio.Future[BaseException] | None:
@@ -211,6 +333,16 @@ class Worker:
             self._batch_done.clear()
             try:
                 await consumer.process(records)
+            except BackendError as error:
+                if not (error.transient and self._stopping):
+                    raise
+                log.warning(
+                    "stopping before an assignment could be carried out (it comes again after "
+                    "a restart): %s",
+                    error,
+                    extra=self._extra(),
+                )
+                return
             finally:
                 self._batch_done.set()
 
@@ -223,29 +355,59 @@ class Worker:
     # -- assignments ----------------------------------------------------------------------
 
     async def _on_assignment_event(self, event: CloudEvent, record: Record) -> None:
+        """Carry the event out; a transient refusal is tried again with backoff (the lock is
+        let go in between, so heartbeats and pods go on) until it passes or the worker stops,
+        and the event is committed only then. A refusal for good is raised."""
         if event.type == EventType.LOGS_REQUESTED:
             # Answered in a task of its own: reading logs never holds up assignments.
             self.log_requests.handle(event.data_as(LogsRequested))
             return
-        async with self._lock:
-            if event.type == EventType.JOB_ASSIGNED:
-                await self._start_job(event.data_as(JobAssigned))
-            elif event.type == EventType.JOB_REVOKED:
-                await self._revoke(event.data_as(JobRevoked))
-            elif event.type == EventType.JOB_SUSPENDED:
-                await self._suspend(event.data_as(JobRef))
-            elif event.type == EventType.JOB_RESUMED:
-                await self._resume(event.data_as(JobRef))
-            else:
-                raise ValueError(f"unexpected event type {event.type!r} on an assignments topic")
+        failures = 0
+        while True:
+            try:
+                async with self._lock:
+                    await self._apply(event)
+                return
+            except BackendError as error:
+                if not error.transient or self._stopping:
+                    raise
+                failures += 1
+                wait = retry_wait(failures)
+                log.warning(
+                    "%s not carried out (try %d), trying again in %.1fs: %s",
+                    event.type,
+                    failures,
+                    wait,
+                    error,
+                    extra=self._extra(event.subject),
+                )
+                await asyncio.sleep(wait)
+                if self._stopping:
+                    raise
+
+    async def _apply(self, event: CloudEvent) -> None:
+        """One event of the assignments topic (the lock is held)."""
+        if event.type == EventType.JOB_ASSIGNED:
+            await self._start_job(event.data_as(JobAssigned))
+        elif event.type == EventType.JOB_REVOKED:
+            await self._revoke(event.data_as(JobRevoked))
+        elif event.type == EventType.JOB_SUSPENDED:
+            await self._suspend(event.data_as(JobRef))
+        elif event.type == EventType.JOB_RESUMED:
+            await self._resume(event.data_as(JobRef))
+        else:
+            raise ValueError(f"unexpected event type {event.type!r} on an assignments topic")
 
     async def _start_job(self, assigned: JobAssigned) -> None:
         known = self.runs.get(assigned.uid)
         if known is not None and known.attempt >= assigned.attempt:
-            return  # redelivered assignment: the pods exist already
+            # Redelivered, or tried again after a transient refusal: make what is missing.
+            await self._catch_up(known)
+            return
         if known is not None:
-            self._forget(known)
+            # Deleted before forgotten: a retry after a transient refusal deletes again.
             await self.backend.delete_job(assigned.uid)
+            self._forget(known)
         job = parse_job(assigned.job)
         rendered = render_job(
             job,
@@ -257,17 +419,10 @@ class Worker:
         self.runs[job.uid] = run
         # Created goes out before any pod exists, so no pod phase can overtake it.
         await self._publish(run)
-        try:
-            for config_map in rendered.config_maps:
-                await self.backend.create_config_map(job.uid, config_map)
-            for access in rendered.access:
-                await self.backend.create_access(job.uid, access)
-            await self._carry_out(run, run.start())
-        except BackendError as error:
-            if error.transient:
-                raise  # not committed: the assignment comes again after a restart
-            await self._refused(run, error)
-            return
+        self._unprepared.add(job.uid)
+        await self._decide(run, run.start())
+        if run.finished:
+            return  # refused
         if run.suspended:
             log.info("arrived suspended: no pods until it is resumed", extra=self._extra(job.uid))
         else:
@@ -281,6 +436,8 @@ class Worker:
     async def _refused(self, run: JobRun, error: BackendError) -> None:
         """The cluster refused the job's objects for good: remove what exists, fail the job."""
         uid = run.job.uid
+        self._queued.pop(uid, None)
+        self._unprepared.discard(uid)
         log.error("the cluster refused the job: %s", error, extra=self._extra(uid))
         try:
             await self.backend.delete_job(uid)
@@ -305,7 +462,7 @@ class Worker:
             return
         await self._decide(run, run.suspend())
         if run.suspended:
-            await self.heartbeat()  # its capacity is free now
+            await self._report_soon()  # its capacity is free now
 
     async def _resume(self, ref: JobRef) -> None:
         run = self.runs.get(ref.uid)
@@ -321,7 +478,18 @@ class Worker:
     async def _observe_loop(self) -> None:
         while True:
             observation = await self.backend.observations.get()
-            await self.on_observation(observation)
+            try:
+                await self.on_observation(observation)
+            except BackendError as error:
+                if not error.transient:
+                    raise
+                # What the observation decided stays queued: the catch-up loop retries it.
+                log.warning(
+                    "pod %s: not carried out yet: %s",
+                    observation.name,
+                    error,
+                    extra=self._extra(observation.job_uid),
+                )
 
     async def on_observation(self, obs: PodObservation) -> None:
         async with self._lock:
@@ -339,30 +507,82 @@ class Worker:
             await self._observe(queue.get_nowait())
 
     async def _decide(self, run: JobRun, decision: Decision) -> None:
-        """Carry a decision out; a cluster that refuses for good fails the job."""
+        """Carry a decision out, after whatever of the run's earlier ones a transient refusal
+        interrupted."""
+        self._queued.setdefault(run.job.uid, []).append(decision)
+        await self._catch_up(run)
+
+    async def _catch_up(self, run: JobRun) -> None:
+        """Make the run's missing ConfigMaps and access objects, then carry out its queued
+        decisions in order (the lock is held). A cluster that refuses for good fails the job; a
+        transient refusal leaves the rest queued, for the event's retry, the run's next
+        decision or the catch-up loop, and is raised."""
+        uid = run.job.uid
         try:
-            await self._carry_out(run, decision)
+            if uid in self._unprepared:
+                for config_map in run.rendered.config_maps:
+                    await self.backend.create_config_map(uid, config_map)
+                for access in run.rendered.access:
+                    await self.backend.create_access(uid, access)
+                self._unprepared.discard(uid)
+            queue = self._queued.get(uid, [])
+            while queue:
+                await self._carry_out(run, queue[0])
+                queue.pop(0)
+            self._queued.pop(uid, None)
         except BackendError as error:
-            if error.transient:
-                raise
-            await self._refused(run, error)
+            if not error.transient:
+                await self._refused(run, error)
+                return
+            self._interrupted.set()
+            raise
+
+    async def _catch_up_loop(self) -> None:
+        """Retry, with backoff, the work transient refusals left behind (when nothing else
+        has retried it first)."""
+        while True:
+            await self._interrupted.wait()
+            failures = 0
+            while self._queued or self._unprepared:
+                failures += 1
+                await asyncio.sleep(retry_wait(failures))
+                try:
+                    async with self._lock:
+                        for uid in sorted(self._queued.keys() | self._unprepared):
+                            run = self.runs.get(uid)
+                            if run is None:
+                                self._queued.pop(uid, None)
+                                self._unprepared.discard(uid)
+                            else:
+                                await self._catch_up(run)
+                except BackendError as error:  # transient: _catch_up fails jobs refused for good
+                    log.warning("interrupted work still refused: %s", error, extra=self._extra())
+            self._interrupted.clear()
 
     async def _carry_out(self, run: JobRun, decision: Decision) -> None:
+        """The steps of a decision, each taken off it once done: one that a transient refusal
+        interrupted goes on where it stopped."""
         uid = run.job.uid
-        for pod in decision.restart:
+        while decision.restart:
+            pod = decision.restart[0]
             await self.backend.delete_pod(uid, pod.name, pod.namespace)
             await self._create_pod(run, pod)
+            decision.restart.pop(0)
             self.metrics.pod_restarts.labels(self.cluster).inc()
         if decision.restarted_in_place:
             self.metrics.pod_restarts.labels(self.cluster).inc(decision.restarted_in_place)
-        for pod in decision.delete:
+            decision.restarted_in_place = 0
+        while decision.delete:
+            pod = decision.delete[0]
             await self.backend.delete_pod(uid, pod.name, pod.namespace)
+            decision.delete.pop(0)
         await self._create_pods(run, decision.create)
         await self._after(run, decision)
 
     async def _create_pods(self, run: JobRun, pods: list[PodPlan]) -> None:
         """Create a job's pods concurrently (an apiserver round trip each), a bounded number
-        at a time; the first failure is raised once every create has settled."""
+        at a time, taking each one made off `pods`; the first failure is raised once every
+        create has settled."""
         limit = asyncio.Semaphore(_CREATE_CONCURRENCY)
 
         async def create(pod: PodPlan) -> None:
@@ -370,6 +590,7 @@ class Worker:
                 await self._create_pod(run, pod)
 
         results = await asyncio.gather(*(create(p) for p in pods), return_exceptions=True)
+        pods[:] = [pod for pod, result in zip(pods, results, strict=True) if result is not None]
         for result in results:
             if isinstance(result, BaseException):
                 raise result
@@ -391,7 +612,7 @@ class Worker:
         self._arm(run)
         if decision.finished:
             # Freed capacity should reach the hub now, not at the next periodic heartbeat.
-            await self.heartbeat()
+            await self._report_soon()
 
     # -- timers: activeDeadlineSeconds while active, ttlSecondsAfterFinished after --------
 
@@ -415,6 +636,25 @@ class Worker:
         delay = (due - run.clock()).total_seconds()
         if delay > 0:
             await asyncio.sleep(delay)
+        failures = 0
+        while True:
+            try:
+                await self._fire(run)
+                return
+            except BackendError as error:
+                if not error.transient:
+                    raise
+                failures += 1
+                wait = retry_wait(failures)
+                log.warning(
+                    "timer not carried out, trying again in %.1fs: %s",
+                    wait,
+                    error,
+                    extra=self._extra(run.job.uid),
+                )
+                await asyncio.sleep(wait)
+
+    async def _fire(self, run: JobRun) -> None:
         async with self._lock:
             uid = run.job.uid
             timer = self._timers.get(uid)
@@ -435,8 +675,8 @@ class Worker:
         if expiry is None or run.clock() < expiry:
             self._arm(run)
             return
-        self._forget(run)
         await self.backend.delete_job(uid)
+        self._forget(run)
         log.info("deleted after ttlSecondsAfterFinished", extra=self._extra(uid))
 
     def _forget(self, run: JobRun) -> None:
@@ -444,6 +684,8 @@ class Worker:
         self._cancel_timer(uid)
         if self.runs.get(uid) is run:
             del self.runs[uid]
+            self._queued.pop(uid, None)
+            self._unprepared.discard(uid)
         self._export_jobs()
 
     # -- status ---------------------------------------------------------------------------
@@ -488,7 +730,13 @@ class Worker:
     async def _heartbeat_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.heartbeat_interval)
-            await self.heartbeat()
+            try:
+                await self.heartbeat()
+            except BackendError as error:
+                if not error.transient:
+                    raise  # e.g. the identity may not list nodes: a misconfiguration
+                # Silence is the report: if it lasts, the hub marks the cluster lost.
+                log.warning("no heartbeat: %s", error, extra=self._extra())
 
     async def _unschedulable_loop(self) -> None:
         period = max(0.1, min(5.0, self.config.unschedulable_timeout / 4))
@@ -502,9 +750,17 @@ class Worker:
             since = run.unschedulable_since
             if run.finished or since is None or now - since < self.config.unschedulable_timeout:
                 continue
-            await self.hand_back(
-                run, f"pods unschedulable for {now - since:.0f}s: {run.pending_reason or ''}"
-            )
+            reason = f"pods unschedulable for {now - since:.0f}s: {run.pending_reason or ''}"
+            try:
+                await self.hand_back(run, reason)
+            except BackendError as error:
+                if not error.transient:
+                    raise
+                log.warning(
+                    "cannot hand back yet (next round tries again): %s",
+                    error,
+                    extra=self._extra(run.job.uid),
+                )
 
     async def hand_back(self, run: JobRun, reason: str) -> None:
         """Delete the job here and ask the hub to place it on another cluster."""
@@ -518,7 +774,62 @@ class Worker:
             log.warning("handed back: %s", reason, extra=self._extra(uid))
 
     async def heartbeat(self) -> ClusterSnapshot:
-        capacity = await self.backend.capacity()
+        """Read the capacity and report it. After a heartbeat that failed or came late the hub
+        may have moved jobs away (and revoked them here): those are deleted first, under the
+        lock, and the capacity read again, so that no report lists a job running elsewhere."""
+        capacity, read_at = await self._read_capacity()
+        if self._in_doubt:
+            async with self._lock:
+                capacity, read_at = await self._swept_capacity()
+        return await self._report(capacity, read_at)
+
+    async def _report_soon(self) -> None:
+        """Report freed capacity now rather than at the next periodic heartbeat (the lock is
+        held). Skipped while in doubt (the periodic heartbeat sweeps first) and on a refusal
+        (the periodic heartbeat reports it)."""
+        if self._in_doubt:
+            return
+        try:
+            capacity, read_at = await self._read_capacity()
+        except BackendError as error:
+            log.warning("no heartbeat now: %s", error, extra=self._extra())
+            return
+        if not self._in_doubt:
+            await self._report(capacity, read_at)
+
+    async def _read_capacity(self) -> tuple[Capacity, float]:
+        """The capacity and the monotonic time it was read; a failed read, or one that comes
+        back later than a heartbeat may be late, puts the worker in doubt."""
+        try:
+            capacity = await self.backend.capacity()
+        except BackendError:
+            self._in_doubt = True
+            raise
+        read_at = time.monotonic()
+        overdue = self.config.heartbeat_overdue_after
+        if self._reported_at is not None and read_at - self._reported_at > overdue:
+            if not self._in_doubt:
+                log.warning(
+                    "capacity read %.1fs after the last one reported: sweeping before reporting",
+                    read_at - self._reported_at,
+                    extra=self._extra(),
+                )
+            self._in_doubt = True
+        return capacity, read_at
+
+    async def _swept_capacity(self) -> tuple[Capacity, float]:
+        """Sweep, then read the capacity again (the lock is held)."""
+        for _ in range(_SWEEP_ROUNDS):
+            if self._in_doubt:
+                await self._sweep()
+            capacity, read_at = await self._read_capacity()
+            if not self._in_doubt:
+                return capacity, read_at
+        raise StaleCapacity(
+            f"capacity reads keep taking over {self.config.heartbeat_overdue_after:.1f}s"
+        )
+
+    async def _report(self, capacity: Capacity, read_at: float) -> ClusterSnapshot:
         self._heartbeat_seq += 1
         snapshot = ClusterSnapshot(
             name=self.cluster,
@@ -530,9 +841,13 @@ class Worker:
             backend=self.backend.kind,
             sequence=self._heartbeat_seq,
             jobs=sorted(capacity.jobs),
+            policy=self.config.policy,
+            weight=self.config.weight,
+            cost=self.config.cost,
         )
         event = make_event(EventType.CLUSTER_HEARTBEAT, self.config.source, self.cluster, snapshot)
         await publish_event(self.bus, self.topics.clusters, self.cluster, event)
+        self._reported_at = read_at
         self.metrics.heartbeats.labels(self.cluster).inc()
         for resource in {r for n in snapshot.nodes for r in n.allocatable}:
             self.metrics.free.labels(self.cluster, resource).set(float(snapshot.free(resource)))

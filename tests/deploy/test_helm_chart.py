@@ -117,6 +117,8 @@ def test_the_workers_run_with_their_cluster_s_flags(objects: list[dict[str, Any]
     assert params["context"] == "trainhub-worker@east"
     assert list(params["namespace"]) == ["default", "team-a"]
     assert sorted(params["label"]) == ["gpu=h100", "region=eu-west-1"]
+    assert (params["weight"], params["cost"]) == (80, 1.5)
+    assert list(params["allow"]) == ["hostPath", "privileged"]
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert mounts["kubeconfig"] == "/etc/trainhub/kubeconfig"
     volumes = {v["name"]: v for v in east["spec"]["template"]["spec"]["volumes"]}
@@ -128,6 +130,7 @@ def test_the_workers_run_with_their_cluster_s_flags(objects: list[dict[str, Any]
     west = _one(objects, "Deployment", "trainhub-worker-west")
     params = _parse_cli(_container(west)["args"])
     assert params["context"] is None  # the kubeconfig's current context
+    assert (params["weight"], params["cost"], list(params["allow"] or ())) == (None, None, [])
     volumes = {v["name"]: v for v in west["spec"]["template"]["spec"]["volumes"]}
     items = volumes["kubeconfig"]["secret"]["items"]
     assert items == [{"key": "kubeconfig.yaml", "path": "config"}]

@@ -4,6 +4,7 @@ port where nothing listens. No sandbox needed: the real apiservers never throttl
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import time
@@ -53,11 +54,15 @@ def _kubeconfig(path: Path, port: int) -> Path:
 class ScriptedServer:
     def __init__(self) -> None:
         self.answer: Answer = lambda n: web.json_response(_POD, status=201)
+        self.drop: set[int] = set()
+        """Requests (0-based) whose connection is closed without an answer."""
         self.requests = 0
         self.port = 0
 
     async def handle(self, request: web.Request) -> web.Response:
         n, self.requests = self.requests, self.requests + 1
+        if n in self.drop and request.transport is not None:
+            request.transport.close()
         return self.answer(n)
 
 
@@ -151,6 +156,66 @@ async def test_forbidden_is_permanent_and_names_verb_resource_and_namespace(
             )
         assert str(raised.value) == f"robot may not create pods in namespace kube-system: {message}"
         assert server.requests == 1
+    finally:
+        await api.close()
+
+
+async def test_a_403_just_after_an_outage_is_retried_as_the_apiserver_warms_up(
+    tmp_path: Path, server: ScriptedServer
+) -> None:
+    """A restarting apiserver answers before its RBAC authorizer has loaded the roles."""
+    warming = 'nodes is forbidden: User "robot" cannot list resource "nodes"'
+    server.answer = lambda n: (
+        _status(503, "ServiceUnavailable", "starting")
+        if n == 0
+        else _status(403, "Forbidden", warming)
+        if n in (1, 2)
+        else web.json_response({"items": []})
+    )
+    policy = RetryPolicy(attempts=5, initial_wait=0.01, max_wait=0.05)
+    api = await _api(tmp_path, server.port, policy)
+    try:
+        assert await api.call("list", "nodes", None, api.core.list_node) == {"items": []}
+        assert (server.requests, api.retries) == (4, 3)
+    finally:
+        await api.close()
+
+
+async def test_a_403_that_outlasts_the_retries_after_an_outage_is_transient_then_permanent(
+    tmp_path: Path, server: ScriptedServer
+) -> None:
+    server.answer = lambda n: (
+        _status(503, "ServiceUnavailable", "starting")
+        if n == 0
+        else _status(403, "Forbidden", "no")
+    )
+    policy = RetryPolicy(attempts=3, initial_wait=0.01, max_wait=0.05, forbidden_grace=0.5)
+    api = await _api(tmp_path, server.port, policy)
+    try:
+        with pytest.raises(KubeUnavailable, match=r"^tester may not list nodes") as raised:
+            await api.call("list", "nodes", None, api.core.list_node)
+        assert "may still be loading its authorizer" in str(raised.value)
+        assert raised.value.status == 403
+        await asyncio.sleep(0.5)  # past the grace: a refusal is a refusal again
+        before = server.requests
+        with pytest.raises(KubeForbidden, match=r"^tester may not list nodes"):
+            await api.call("list", "nodes", None, api.core.list_node)
+        assert server.requests == before + 1
+    finally:
+        await api.close()
+
+
+async def test_a_dropped_connection_starts_the_grace_too(
+    tmp_path: Path, server: ScriptedServer
+) -> None:
+    server.drop = {0}
+    server.answer = lambda n: (
+        _status(403, "Forbidden", "no") if n == 1 else web.json_response(_POD, status=201)
+    )
+    api = await _api(tmp_path, server.port)
+    try:
+        assert (await _create_pod(api))["metadata"] == {"name": "p"}
+        assert (server.requests, api.retries) == (3, 2)
     finally:
         await api.close()
 

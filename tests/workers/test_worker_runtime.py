@@ -16,8 +16,16 @@ from prometheus_client import CollectorRegistry
 from bus.events import publish_event
 from bus.memory import MemoryBus
 from bus.topics import Topics
+from schemas.cluster import ClusterSnapshot
 from schemas.codec import decode_event
-from schemas.events import EventType, JobAssigned, JobRef, JobStatusUpdate, make_event
+from schemas.events import (
+    EventType,
+    JobAssigned,
+    JobRef,
+    JobRevoked,
+    JobStatusUpdate,
+    make_event,
+)
 from schemas.job_parsing import job_uid_of
 from schemas.status import JobPhase
 from tests.workers.job_documents import job_document, replica
@@ -47,6 +55,11 @@ class Harness:
     async def request(self, event_type: str, uid: str) -> None:
         await self._send(make_event(event_type, "test/hub", uid, JobRef(uid=uid)), uid)
 
+    async def revoke(self, uid: str, attempt: int = 1) -> None:
+        """What the hub sends when it moves the job to another cluster."""
+        data = JobRevoked(uid=uid, cluster=CLUSTER, attempt=attempt, reason="cluster c lost")
+        await self._send(make_event(EventType.JOB_REVOKED, "test/hub", uid, data), uid)
+
     async def _send(self, event: Any, uid: str) -> None:
         await publish_event(self.bus, self.topics.assignments(CLUSTER), uid, event)
 
@@ -62,6 +75,13 @@ class Harness:
 
     def phases(self, uid: str) -> list[JobPhase]:
         return [u.phase for u in self.updates(uid)]
+
+    def heartbeats(self) -> list[ClusterSnapshot]:
+        """The worker's heartbeats so far, oldest first."""
+        return [
+            ClusterSnapshot.model_validate(decode_event(r.headers, r.value).data)
+            for r in self.bus.records(self.topics.clusters)
+        ]
 
     async def until(self, check: Callable[[], bool], timeout: float = 10.0) -> None:
         async with asyncio.timeout(timeout):
@@ -79,10 +99,10 @@ class Harness:
 
 
 @asynccontextmanager
-async def running(backend: Backend) -> AsyncIterator[Harness]:
+async def running(backend: Backend, config: WorkerConfig | None = None) -> AsyncIterator[Harness]:
     bus, topics, registry = MemoryBus(), Topics(), CollectorRegistry()
     await bus.start()
-    config = WorkerConfig(cluster=CLUSTER, heartbeat_interval=0.2)
+    config = config or WorkerConfig(cluster=CLUSTER, heartbeat_interval=0.2)
     worker = Worker(bus, backend, config, topics, registry=registry)
     await worker.start()
     try:
@@ -269,15 +289,19 @@ class Unreachable(BackendError):
 
 
 class RefusingSim(SimBackend):
-    """Refuses to create the pods whose names end in `refuse`."""
+    """Refuses to create the pods whose names end in `refuse` (the first `times` tries, or
+    always)."""
 
-    def __init__(self, refuse: str, error: type[BackendError]) -> None:
+    def __init__(self, refuse: str, error: type[BackendError], times: int | None = None) -> None:
         super().__init__(parse_cluster_spec(f"{CLUSTER}:cpu=4,memory=8Gi").pool())
         self.refuse = refuse
         self.error = error
+        self.times = times
+        self.refusals = 0
 
     async def create_pod(self, job_uid: str, pod: PodPlan) -> None:
-        if pod.name.endswith(self.refuse):
+        if pod.name.endswith(self.refuse) and (self.times is None or self.refusals < self.times):
+            self.refusals += 1
             raise self.error(f'pods "{pod.name}" is forbidden: User "w" cannot create pods')
         await super().create_pod(job_uid, pod)
 
@@ -299,14 +323,31 @@ async def test_a_refused_pod_fails_the_job_and_the_worker_goes_on() -> None:
         await h.until_phase(after, JobPhase.SUCCEEDED)
 
 
-async def test_a_transient_refusal_leaves_the_assignment_uncommitted() -> None:
+async def test_a_transient_refusal_is_retried_and_the_assignment_committed_only_once_done() -> None:
+    backend = RefusingSim("-0", Unreachable, times=5)
+    async with running(backend) as h:
+        uid = await h.assign(jax("later", workers=2, duration="0.3s"))
+        await h.until(lambda: backend.refusals >= 2)
+        assert backend.refusals < 5
+        assert h.committed() == 0  # still in hand: a restart would get it again
+        await h.until_phase(uid, JobPhase.SUCCEEDED, timeout=15)
+        assert backend.refusals == 5
+        await h.until(lambda: h.committed() == 1)  # the retry may still be in its backoff
+        crashed = h.worker.crashed
+        assert crashed is not None and not crashed.done()
+        final = h.updates(uid)[-1].status
+        assert final is not None and final.replicaStatuses["Worker"].succeeded == 2
+        assert h.phases(uid).count(JobPhase.CREATED) == 1
+
+
+async def test_a_worker_stopped_while_retrying_leaves_the_assignment_uncommitted() -> None:
     backend = RefusingSim("-0", Unreachable)
     async with running(backend) as h:
-        await h.assign(jax("later", workers=1))
-        crashed = h.worker.crashed
-        assert crashed is not None
-        assert isinstance(await asyncio.wait_for(crashed, 5), Unreachable)
-        assert h.committed() == 0
+        await h.assign(jax("never", workers=1))
+        await h.until(lambda: backend.refusals >= 2)
+    assert h.committed() == 0
+    crashed = h.worker.crashed
+    assert crashed is not None and not crashed.done()
 
 
 # -- the calls a backend sees ---------------------------------------------------------------

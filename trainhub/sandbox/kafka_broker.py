@@ -1,7 +1,8 @@
-"""Start and stop a throwaway single-node Kafka 4.x broker (KRaft) run from Maven Central jars.
+"""Start, stop and restart a throwaway single-node Kafka 4.x broker (KRaft) from Maven jars.
 
 The jars are resolved once into a per-version cache; each broker gets its own work directory,
-loopback ports and a fresh cluster, optionally with a SASL_PLAINTEXT SCRAM-SHA-512 listener.
+loopback ports and a fresh cluster, optionally with a SASL_PLAINTEXT SCRAM-SHA-512 listener and
+the KRaft StandardAuthorizer (ACLs, nothing allowed without one).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import time
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from trainhub.sandbox.cache import default_cache_dir
@@ -35,6 +36,7 @@ KAFKA_LOG4J_CONFIG = KAFKA_DEPLOY_DIR / "log4j2.properties"
 # 3.8.1 and 3.11.0 both run on Maven 3.8.7; pinned so a resolve never depends on plugin lookup.
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 SCRAM_MECHANISM = "SCRAM-SHA-512"
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 NODE_ID = 1
 LOOPBACK = "127.0.0.1"
 
@@ -53,6 +55,7 @@ _FAST_START_JVM_OPTS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Djava.a
 _BROKER_JVM_OPTS = ("-Xms256m", "-Xmx512m", *_FAST_START_JVM_OPTS)
 _TOOL_JVM_OPTS = ("-Xmx256m", *_FAST_START_JVM_OPTS)
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+_PLAIN_USER = re.compile(r"[A-Za-z0-9._-]+")
 
 # Brokers this process launched, so stop_kafka can reap them instead of leaving zombies (and
 # so the Popen objects are not collected while running, which warns).
@@ -71,7 +74,10 @@ class KafkaBroker:
     cluster_id: str
     sasl_bootstrap: str | None = None
     scram_username: str | None = None
+    """The first SCRAM user; with `authorizer` it is the only super user."""
     scram_password: str | None = field(default=None, repr=False)
+    authorizer: bool = False
+    """ACLs are enforced: a principal may do only what an ACL allows (ANONYMOUS nothing)."""
 
 
 # --- jars -------------------------------------------------------------------------------------
@@ -187,17 +193,28 @@ def start_kafka(
     workdir: Path,
     *,
     scram_users: dict[str, str] | None = None,
+    authorizer: bool = False,
     timeout: float = 90,
 ) -> KafkaBroker:
     """Format a fresh single-node cluster in `workdir`, start it detached and wait until ready.
 
     With `scram_users` (name -> password) a SASL_PLAINTEXT SCRAM-SHA-512 listener opens too and
-    the users exist from the first moment; the first one is reported as the admin. `timeout`
-    covers formatting and boot, not the one-off jar resolve. On failure the broker is stopped
-    and `SandboxError` carries the cause and the tail of its log.
+    the users exist from the first moment; the first one is reported as the admin. `authorizer`
+    turns on the KRaft StandardAuthorizer with that admin as the only super user and nothing
+    allowed to anyone else until an ACL says so (the PLAINTEXT listener stays open for
+    probes, but its ANONYMOUS principal may do nothing). `timeout` covers formatting and boot,
+    not the one-off jar resolve. On failure the broker is stopped and `SandboxError` carries
+    the cause and the tail of its log.
     """
     users = dict(scram_users or {})
     _check_scram_users(users)
+    admin = next(iter(users.items()), None)
+    if authorizer and (admin is None or not _PLAIN_USER.fullmatch(admin[0])):
+        # The admin is also a PLAIN user of the controller listener, named in a JAAS key.
+        raise ValueError(
+            "an ACL-enforcing broker needs a first SCRAM user (its admin) named with letters, "
+            f"digits, '.', '_' or '-' only; got {admin[0] if admin else None!r}"
+        )
     lib = resolve_kafka_classpath()
     deadline = time.monotonic() + timeout
     workdir = workdir.resolve()
@@ -207,14 +224,16 @@ def start_kafka(
     data_dir.mkdir(parents=True)
     ports = _free_ports(3 if users else 2)
     config_path = workdir / "server.properties"
-    _write_properties(config_path, _server_properties(data_dir, ports))
+    props = _server_properties(data_dir, ports)
+    if authorizer and admin is not None:
+        props.update(_authorizer_properties(*admin))
+    _write_properties(config_path, props)
     cluster_id = _new_cluster_id()
     _format_storage(lib, config_path, cluster_id, users, deadline - time.monotonic())
     log_path = workdir / "kafka.log"
     process = _launch(lib, config_path, log_path)
     bootstrap = f"{LOOPBACK}:{ports[0]}"
     _await_ready(process, ports[0], deadline, timeout, log_path)
-    admin = next(iter(users.items()), None)
     return KafkaBroker(
         bootstrap=bootstrap,
         pid=process.pid,
@@ -225,7 +244,32 @@ def start_kafka(
         sasl_bootstrap=f"{LOOPBACK}:{ports[2]}" if users else None,
         scram_username=admin[0] if admin else None,
         scram_password=admin[1] if admin else None,
+        authorizer=authorizer,
     )
+
+
+def relaunch_kafka(broker: KafkaBroker, *, timeout: float = 90) -> KafkaBroker:
+    """Start a stopped sandbox broker again from its own workdir: the same configuration,
+    ports, data and cluster id, so clients reconnect to the address they know and find their
+    topics, offsets and groups. Returns the broker with its new PID."""
+    if _is_alive(broker.pid) and _is_our_broker(broker.pid, str(broker.config_path)):
+        raise SandboxError(f"Kafka broker PID {broker.pid} is still running; stop it first")
+    lib = resolve_kafka_classpath()
+    deadline = time.monotonic() + timeout
+    port = int(broker.bootstrap.rpartition(":")[2])
+    process = _launch(lib, broker.config_path, broker.log_path)
+    _await_ready(process, port, deadline, timeout, broker.log_path)
+    return replace(broker, pid=process.pid)
+
+
+def restart_kafka(
+    broker: KafkaBroker, *, downtime: float = 0.0, kill: bool = False, timeout: float = 90
+) -> KafkaBroker:
+    """Stop the broker by its PID (SIGTERM with grace, or SIGKILL with `kill`), leave it down
+    for `downtime` seconds, and start it again on the same ports and data (`relaunch_kafka`)."""
+    stop_kafka(broker, timeout=0 if kill else _STOP_TIMEOUT_S)
+    time.sleep(downtime)
+    return relaunch_kafka(broker, timeout=timeout)
 
 
 def _check_scram_users(users: Mapping[str, str]) -> None:
@@ -296,6 +340,43 @@ def _server_properties(data_dir: Path, ports: list[int]) -> dict[str, str]:
     return props
 
 
+def _authorizer_properties(admin: str, password: str) -> dict[str, str]:
+    """StandardAuthorizer with `admin` as the only super user.
+
+    Every channel the node opens to itself must then authenticate as that admin: the
+    controller listener with PLAIN (KRaft cannot check SCRAM there, its credentials live in
+    the very metadata the controller serves) and the inter-broker listener with SCRAM. Left
+    on PLAINTEXT they would need ANONYMOUS as a super user, which would make the PLAINTEXT
+    client port a back door around every ACL.
+    """
+    user, secret = _jaas_quote(admin), _jaas_quote(password)
+    return {
+        "authorizer.class.name": STANDARD_AUTHORIZER,
+        "super.users": f"User:{admin}",
+        "allow.everyone.if.no.acl.found": "false",
+        "listener.security.protocol.map": (
+            "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT"
+        ),
+        "sasl.mechanism.controller.protocol": "PLAIN",
+        "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.controller.plain.sasl.jaas.config": (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f"username={user} password={secret} user_{admin}={secret};"
+        ),
+        "inter.broker.listener.name": "SASL_PLAINTEXT",
+        "sasl.mechanism.inter.broker.protocol": SCRAM_MECHANISM,
+        f"listener.name.sasl_plaintext.{SCRAM_MECHANISM.lower()}.sasl.jaas.config": (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f"username={user} password={secret};"
+        ),
+    }
+
+
+def _jaas_quote(value: str) -> str:
+    # JAAS reads quoted values with java.io.StreamTokenizer, which honours backslash escapes.
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def _listener_list(listeners: Mapping[str, int]) -> str:
     return ",".join(f"{name}://{LOOPBACK}:{port}" for name, port in listeners.items())
 
@@ -303,6 +384,8 @@ def _listener_list(listeners: Mapping[str, int]) -> str:
 def _write_properties(path: Path, props: Mapping[str, str]) -> None:
     # Backslash is the only character Java's Properties reader would mangle in our values.
     lines = [f"{key}={value.replace(chr(92), chr(92) * 2)}" for key, value in props.items()]
+    # The file may hold the admin's password (JAAS settings): readable by its owner only.
+    path.touch(mode=0o600)
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -477,7 +560,8 @@ def _metadata_brokers(response: bytes, version: int) -> set[tuple[int, int]]:
 
 
 def stop_kafka(broker_or_pid: KafkaBroker | int, *, timeout: float = _STOP_TIMEOUT_S) -> None:
-    """Stop a sandbox broker by its PID: SIGTERM, up to `timeout` s of grace, then SIGKILL.
+    """Stop a sandbox broker by its PID: SIGTERM, up to `timeout` s of grace, then SIGKILL
+    (`timeout=0`: SIGKILL at once, as a crash would).
 
     A PID whose command line shows it is no longer our broker (it exited and the number was
     reused) is left alone: the broker is already gone.
@@ -489,9 +573,10 @@ def stop_kafka(broker_or_pid: KafkaBroker | int, *, timeout: float = _STOP_TIMEO
     try:
         if not _is_alive(pid) or not _is_our_broker(pid, expected):
             return
-        _signal(pid, signal.SIGTERM)
-        if _wait_gone(pid, timeout):
-            return
+        if timeout > 0:
+            _signal(pid, signal.SIGTERM)
+            if _wait_gone(pid, timeout):
+                return
         _signal(pid, signal.SIGKILL)
         if not _wait_gone(pid, _KILL_TIMEOUT_S):
             raise SandboxError(f"Kafka broker PID {pid} survived SIGKILL")

@@ -52,7 +52,8 @@ class KubeError(BackendError):
 
 
 class KubeForbidden(KubeError):
-    """403: the identity lacks the RBAC permission; retrying cannot help."""
+    """403: the identity lacks the RBAC permission; retrying cannot help (unless the apiserver
+    is just back from an outage: see `RetryPolicy.forbidden_grace`)."""
 
 
 class KubeNotFound(KubeError):
@@ -87,6 +88,8 @@ class RetryPolicy:
     max_retry_after: float = 30.0
     """The longest Retry-After we honour; a server asking for more gets this."""
     request_timeout: float = 30.0
+    forbidden_grace: float = 10.0
+    """Seconds after a connection failure or a 5xx during which a 403 counts as transient."""
 
 
 async def connect(kubeconfig: Path, context: str | None) -> tuple[Any, str]:
@@ -198,6 +201,8 @@ class KubeApi:
         self.requests = 0
         """Requests sent, retries included (benchmarks report API requests per job)."""
         self.retries = 0
+        self._outage_at: float | None = None
+        """Monotonic time of the last connection failure or 5xx answer."""
         self.metrics = metrics or KUBE_API
         self.metrics.retries.labels(cluster)  # from zero, so that increase() sees the first
 
@@ -269,6 +274,7 @@ class KubeApi:
         try:
             return await response.read()
         except CONNECTION_ERRORS as exc:
+            self.note_outage()
             raise self._unavailable(verb, resource, namespace, exc) from exc
         finally:
             response.release()
@@ -290,6 +296,7 @@ class KubeApi:
             response: aiohttp.ClientResponse = await method(*args, _preload_content=False, **kwargs)
         except CONNECTION_ERRORS as exc:
             self._observe(verb, resource, "error", started)
+            self.note_outage()
             raise self._unavailable(verb, resource, namespace, exc) from exc
         self._observe(verb, resource, str(response.status), started)
         if 200 <= response.status < 300:
@@ -300,7 +307,7 @@ class KubeApi:
             body = b""
         finally:
             response.release()
-        raise classify(
+        error = classify(
             response.status,
             body,
             who=self.identity,
@@ -308,6 +315,34 @@ class KubeApi:
             resource=resource,
             namespace=namespace,
             retry_after=response.headers.get("Retry-After"),
+        )
+        if response.status >= 500:
+            self.note_outage()
+        elif isinstance(error, KubeForbidden) and self._recovering():
+            raise self._not_ready_yet(error) from error
+        raise error
+
+    def note_outage(self) -> None:
+        """The apiserver went away (or failed): 403s for a while may be its restart's."""
+        self._outage_at = time.monotonic()
+
+    def _recovering(self) -> bool:
+        since = self._outage_at
+        return since is not None and time.monotonic() - since < self.retry.forbidden_grace
+
+    def _not_ready_yet(self, forbidden: KubeForbidden) -> KubeUnavailable:
+        # A restarting kube-apiserver accepts requests before its RBAC authorizer has read
+        # the roles, and until then it refuses everything with a 403. Only an apiserver that
+        # was just away can be in that state, so a 403 counts as transient only for a short
+        # grace after an outage: a genuine refusal from a healthy apiserver still fails at
+        # once (one request, a clear reason) instead of after a round of retries, and one
+        # right after an outage fails once the grace is over.
+        grace = self.retry.forbidden_grace
+        return KubeUnavailable(
+            f"{forbidden} (within {grace:g}s of an outage: the apiserver may still be loading "
+            "its authorizer)",
+            forbidden.status,
+            forbidden.reason,
         )
 
     def _observe(self, verb: str, resource: str, code: str, started: float) -> None:

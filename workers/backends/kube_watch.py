@@ -303,6 +303,8 @@ class PodWatch:
             except KubeForbidden:
                 raise
             except _INTERRUPTIONS as exc:
+                if isinstance(exc, CONNECTION_ERRORS):
+                    self.api.note_outage()  # a broken stream: the apiserver may be restarting
                 failures += 1
                 log.warning("pod watch interrupted: %s", exc, extra=self._extra)
                 await sleep_backoff(failures, self.api.retry)

@@ -1,0 +1,287 @@
+"""SCRAM-SHA-512 users and ACLs end to end: hub, worker and producer each run as their own
+user on a broker that allows nothing an ACL does not, with the ACLs of bus/kafka_acls.py."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import shutil
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bus.base import Subscription, TopicPartition
+from bus.kafka import KafkaAuthorizationError, KafkaBus
+from bus.kafka_acls import (
+    ROLES,
+    Operation,
+    PatternType,
+    ResourceType,
+    Role,
+    acl_tables_markdown,
+    create_acls,
+    role_acls,
+    trainhub_acls,
+)
+from bus.kafka_settings import KafkaSettings
+from bus.topics import Topics
+from tests.helpers import jax_job
+from tests.kafka.processes import Process
+from tests.kafka.status_topic import stop_all
+from trainhub.sandbox.kafka_broker import KafkaBroker, start_kafka, stop_kafka
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+TOPICS = Topics(prefix="secure")
+CLUSTER = "solo"
+ADMIN = "trainhub-admin"
+USERS: dict[Role, str] = {
+    "hub": "trainhub-hub",
+    "worker": "trainhub-worker",
+    "producer": "trainhub-producer",
+}
+
+
+# -- the rules themselves (no broker) ------------------------------------------------------
+
+
+def test_readme_tables_are_the_ones_role_acls_grants() -> None:
+    assert acl_tables_markdown() in README.read_text(), (
+        "README's ACL tables are stale; paste bus.kafka_acls.acl_tables_markdown() output"
+    )
+
+
+def test_each_role_gets_only_its_own_topics_and_groups() -> None:
+    def grants(role: Role, clusters: list[str]) -> set[tuple[str, str, str, str]]:
+        return {
+            (r.resource_type.name, r.name, r.pattern.name, r.operation.name)
+            for r in role_acls(role, TOPICS, clusters)
+        }
+
+    producer = grants("producer", [])
+    assert producer == {
+        ("TOPIC", "secure.jobs", "LITERAL", "WRITE"),
+        ("TOPIC", "secure.status", "LITERAL", "READ"),
+        ("TOPIC", "secure.clusters", "LITERAL", "READ"),
+    }
+    worker = grants("worker", ["east"])
+    assert ("TOPIC", "secure.assignments.east", "LITERAL", "READ") in worker
+    assert ("GROUP", "secure-worker-east", "LITERAL", "READ") in worker
+    assert not any("west" in name or name == "secure.jobs" for _, name, _, _ in worker)
+    assert not any(op in ("READ", "CREATE") for _, n, _, op in worker if n == "secure.status")
+    hub = grants("hub", [])
+    assert ("TOPIC", "secure.assignments.", "PREFIXED", "WRITE") in hub
+    assert ("GROUP", "secure-hub", "LITERAL", "READ") in hub
+    assert ("TOPIC", "secure.jobs", "LITERAL", "WRITE") not in hub
+    # Nobody but the hub and a worker for its own topic may create anything.
+    creators = {
+        role
+        for role in ROLES
+        for rule in role_acls(role, TOPICS, ["east"])
+        if rule.operation == Operation.CREATE
+    }
+    assert creators == {"hub", "worker"}
+    every = [rule for role in ROLES for rule in role_acls(role, TOPICS, ["east"])]
+    assert all(r.resource_type in (ResourceType.TOPIC, ResourceType.GROUP) for r in every)
+    assert all(r.pattern == PatternType.LITERAL or r.name.endswith(".") for r in every)
+
+
+# -- on a broker that enforces them -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SecuredKafka:
+    broker: KafkaBroker
+    passwords: dict[str, str]
+
+    def settings(self, user: str) -> KafkaSettings:
+        assert self.broker.sasl_bootstrap is not None
+        return KafkaSettings(
+            bootstrap=self.broker.sasl_bootstrap,
+            security_protocol="SASL_PLAINTEXT",
+            sasl_username=user,
+            sasl_password=self.passwords[user],
+        )
+
+    def config_file(self, user: str, directory: Path) -> Path:
+        """A `--config` file for a process running as `user` (owner-readable only)."""
+        path = directory / f"{user}.yaml"
+        path.touch(mode=0o600)
+        settings = self.settings(user)
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "bootstrap": settings.bootstrap,
+                    "topic_prefix": TOPICS.prefix,
+                    "security_protocol": settings.security_protocol,
+                    "sasl_username": user,
+                    "sasl_password": settings.sasl_password,
+                    "heartbeat_interval": 0.5,
+                }
+            )
+        )
+        return path
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredKafka]:
+    if shutil.which("java") is None:
+        pytest.skip("the ACL broker is the sandbox broker (Java 17+ on PATH)")
+    passwords = {user: secrets.token_hex(12) for user in (ADMIN, *USERS.values())}
+    broker = start_kafka(
+        tmp_path_factory.mktemp("kafka-acl"), scram_users=passwords, authorizer=True
+    )
+    try:
+        kafka = SecuredKafka(broker, passwords)
+        asyncio.run(create_acls(kafka.settings(ADMIN), trainhub_acls(TOPICS, USERS, [CLUSTER])))
+        yield kafka
+    finally:
+        stop_kafka(broker)
+
+
+@pytest.fixture
+async def admin_bus(secured: SecuredKafka) -> AsyncIterator[KafkaBus]:
+    bus = KafkaBus(secured.settings(ADMIN))
+    await bus.start()
+    yield bus
+    await bus.close()
+
+
+async def _topics_exist(bus: KafkaBus, names: set[str], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert bus._admin is not None
+        if names <= set(await bus._admin.list_topics()):
+            return True
+        await asyncio.sleep(0.3)
+    return False
+
+
+@pytest.mark.kafka
+async def test_hub_worker_and_producer_as_their_own_users_run_a_job_to_succeeded(
+    secured: SecuredKafka, admin_bus: KafkaBus, tmp_path: Path
+) -> None:
+    hub = Process(
+        "hub", ["hub", "--config", str(secured.config_file(USERS["hub"], tmp_path))], tmp_path
+    )
+    processes = [hub]
+    try:
+        shared = {spec.name for spec in TOPICS.shared_specs()}
+        # Under ACLs the hub creates the shared topics; the others only use them.
+        assert await _topics_exist(admin_bus, shared, 60), hub.log()[-3000:]
+        worker_config = secured.config_file(USERS["worker"], tmp_path)
+        worker = Process(
+            "worker",
+            ["worker", "--config", str(worker_config), "--cluster", CLUSTER, "--backend", "sim"],
+            tmp_path,
+        )
+        processes.append(worker)
+        job = tmp_path / "job.yaml"
+        job.write_text(yaml.safe_dump(jax_job("secured", workers=2, duration="0.5s")))
+        producer_config = str(secured.config_file(USERS["producer"], tmp_path))
+        submit = await _trainhub("submit", str(job), "--watch", "--config", producer_config)
+        logs = "\n".join(p.log()[-2000:] for p in processes)
+        assert submit.returncode == 0, submit.stdout + submit.stderr + logs
+        for phase in ("Queued", "Assigned", "Created", "Running", "Succeeded"):
+            assert phase in submit.stdout
+        shown = await _trainhub("status", "default/secured", "--config", producer_config)
+        assert shown.returncode == 0 and "Succeeded" in shown.stdout, shown.stderr
+        for process in processes:
+            assert process.popen.poll() is None, process.log()[-3000:]
+            assert "AuthorizationFailed" not in process.log(), process.log()[-3000:]
+    finally:
+        stop_all(processes)
+
+
+@pytest.mark.kafka
+async def test_each_user_is_refused_what_its_role_lacks_with_a_clear_error(
+    secured: SecuredKafka, admin_bus: KafkaBus
+) -> None:
+    await admin_bus.create_topics(
+        [*TOPICS.shared_specs(), TOPICS.assignment_spec(CLUSTER), TOPICS.assignment_spec("other")]
+    )
+    producer = KafkaBus(secured.settings(USERS["producer"]))
+    worker = KafkaBus(secured.settings(USERS["worker"]))
+    await producer.start()
+    await worker.start()
+    try:
+        started = time.monotonic()
+        with pytest.raises(KafkaAuthorizationError, match="User:trainhub-producer") as refused:
+            await producer.publish(TOPICS.assignments(CLUSTER), b"{}")
+        assert "secure.assignments.solo" in str(refused.value)
+        # Refused at once, not after the retries a broker outage would get.
+        assert time.monotonic() - started < 10
+        # It may see the jobs topic (it writes there) but not read what others submitted.
+        await _refused_reading(producer.subscribe([TOPICS.jobs], group=None), "trainhub-producer")
+        await producer.publish(TOPICS.jobs, b"{}")  # what it may do still works
+
+        with pytest.raises(KafkaAuthorizationError, match="User:trainhub-worker"):
+            await worker.subscribe([TOPICS.assignments("other")], group=None).start()
+        with pytest.raises(KafkaAuthorizationError, match="User:trainhub-worker"):
+            await worker.publish(TOPICS.jobs, b"{}")
+        # Its own cluster's assignments in its own group: allowed.
+        mine = worker.subscribe([TOPICS.assignments(CLUSTER)], group=TOPICS.worker_group(CLUSTER))
+        await mine.start()
+        try:
+            for _ in range(40):
+                await mine.poll(timeout=0.25)
+                if mine.assignment():
+                    break
+            assert mine.assignment() == {TopicPartition(TOPICS.assignments(CLUSTER), 0)}
+        finally:
+            await mine.stop()
+        await _refused_reading(
+            worker.subscribe([TOPICS.assignments(CLUSTER)], group=TOPICS.hub_group),
+            "trainhub-worker",
+        )
+    finally:
+        await producer.close()
+        await worker.close()
+
+
+async def _refused_reading(subscription: Subscription, user: str) -> None:
+    await subscription.start()
+    try:
+        with pytest.raises(KafkaAuthorizationError, match=f"User:{user}"):
+            for _ in range(20):
+                await subscription.poll(timeout=0.5)
+    finally:
+        await subscription.stop()
+
+
+@pytest.mark.kafka
+async def test_anonymous_plaintext_clients_may_do_nothing(secured: SecuredKafka) -> None:
+    anonymous = KafkaBus(KafkaSettings(bootstrap=secured.broker.bootstrap))
+    with pytest.raises(KafkaAuthorizationError, match="User:ANONYMOUS"):
+        await anonymous.start()
+
+
+@dataclass(frozen=True)
+class Finished:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+async def _trainhub(*args: str, timeout: float = 120) -> Finished:
+    """A trainhub command as its own process, without blocking the event loop."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "trainhub",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        stdout, stderr = await asyncio.wait_for(process.communicate(), timeout)
+    finally:
+        if process.returncode is None:  # timed out: leave no orphan
+            process.kill()
+            await process.wait()
+    assert process.returncode is not None
+    return Finished(process.returncode, stdout.decode(), stderr.decode())

@@ -1,0 +1,116 @@
+"""A worker's operator settings (weight, cost, pod policy) reach the hub in its heartbeats
+and steer placement: from `trainhub worker` flags to the decision."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+from typer.testing import CliRunner
+
+from bus.memory import MemoryBus
+from bus.topics import Topics
+from dispatcher.hub import Hub, HubConfig
+from dispatcher.placement_config import PlacementConfig
+from schemas.cluster import ClusterPolicy
+from schemas.status import JobPhase
+from tests.helpers import jax_job
+from trainhub.cli import app
+from trainhub.producer import submit_document
+from workers.backends.sim import SimBackend
+from workers.cluster_spec import parse_cluster_spec
+from workers.worker import Worker, WorkerConfig
+
+
+def test_policy_allows_exactly_what_is_named() -> None:
+    policy = ClusterPolicy.allowing(["hostPath", "privileged"])
+    assert policy.allowHostPath and policy.allowPrivileged
+    assert not policy.allowHostNetwork and not policy.allowHostPID
+    assert ClusterPolicy.allowing([]) == ClusterPolicy()
+    with pytest.raises(ValueError, match=r"unknown pod privilege 'hostIPC'.*hostPID"):
+        ClusterPolicy.allowing(["hostIPC"])
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--allow", "root"], "unknown pod privilege 'root'"),
+        (["--weight", "120"], "--weight must be within 0..100"),
+        (["--cost", "-1"], "--cost must be >= 0"),
+    ],
+)
+def test_worker_refuses_bad_cluster_options(flags: list[str], message: str) -> None:
+    args = ["worker", "--cluster", "a", "--backend", "sim", "--bootstrap", "127.0.0.1:1", *flags]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert message in result.output
+
+
+async def _until(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not check():  # noqa: ASYNC110 (the hub's ledger offers no event)
+            await asyncio.sleep(0.02)
+
+
+async def test_heartbeats_carry_weight_cost_and_policy_and_placement_follows_them() -> None:
+    bus = MemoryBus()
+    await bus.start()
+    topics = Topics(prefix="opts")
+    # Weights only: the cheaper, preferred cluster wins although the other is emptier.
+    placement = PlacementConfig.from_dict({"scoring": {"cluster-weight": 1, "cost": 1}})
+    hub = Hub(bus, topics, HubConfig(schedule_interval=0.05, placement=placement))
+    configs = [
+        WorkerConfig(cluster="plain", heartbeat_interval=0.2, weight=20, cost=3.0),
+        WorkerConfig(
+            cluster="open",
+            heartbeat_interval=0.2,
+            weight=90,
+            cost=1.0,
+            policy=ClusterPolicy.allowing(["hostPath"]),
+        ),
+    ]
+    workers = [
+        Worker(
+            bus, SimBackend(parse_cluster_spec(f"{c.cluster}:cpu=16,memory=64Gi").pool()), c, topics
+        )
+        for c in configs
+    ]
+    await hub.start()
+    for worker in workers:
+        await worker.start()
+    try:
+        await _until(lambda: len(hub.clusters.all()) == 2)
+        open_ = hub.clusters.get("open")
+        assert open_ is not None
+        assert (open_.weight, open_.cost, open_.policy.allowHostPath) == (90, 1.0, True)
+        plain = hub.clusters.get("plain")
+        assert plain is not None and not plain.policy.allowHostPath
+
+        ordinary = await submit_document(bus, topics, jax_job("ordinary", workers=1))
+        mounted = jax_job("mounted", workers=1)
+        spec = mounted["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]
+        spec["volumes"] = [{"name": "data", "hostPath": {"path": "/data"}}]
+        hostpath = await submit_document(bus, topics, mounted)
+        await _until(
+            lambda: all(
+                (r := hub.ledger.get(u)) is not None and r.cluster is not None
+                for u in (ordinary, hostpath)
+            )
+        )
+        first, second = hub.ledger.get(ordinary), hub.ledger.get(hostpath)
+        assert first is not None and second is not None
+        assert first.cluster == "open"  # weight 90 and the lower cost
+        assert second.cluster == "open" and second.decision is not None
+        refused = {c.name: c.reason for c in second.decision.clusters if not c.feasible}
+        assert "plain" in refused and "hostPath" in (refused["plain"] or "")
+        await _until(
+            lambda: all(
+                (r := hub.ledger.get(u)) is not None and r.phase == JobPhase.SUCCEEDED
+                for u in (ordinary, hostpath)
+            )
+        )
+    finally:
+        for worker in workers:
+            await worker.stop()
+        await hub.stop()
