@@ -53,9 +53,17 @@ class EventConsumer:
         start_from: StartFrom = "earliest",
         on_dead_letter: Callable[[Record, str], Awaitable[None]] | None = None,
         skip: Callable[[Record], bool] | None = None,
+        commit_behind: bool = False,
     ) -> None:
-        """`skip`: records it returns True for are passed over undecoded (and committed)."""
+        """`skip`: records it returns True for are passed over undecoded (and committed).
+        `commit_behind`: `run()` commits in a task of its own, so polling goes on while a
+        batch's effects are flushed and its offsets committed (still only in that order)."""
         self._bus = bus
+        self._group = group
+        self._commit_behind = commit_behind
+        self._commit_wanted = asyncio.Event()
+        self._committing_behind = False
+        """True while `run()` has its commit task going."""
         self.subscription = bus.subscribe(
             topics, group=group, start_from=start_from, on_revoke=self._on_revoke
         )
@@ -68,8 +76,23 @@ class EventConsumer:
         self.idle = asyncio.Event()
 
     async def run(self) -> None:
+        if not self._commit_behind:
+            while True:
+                await self.poll_once(timeout=0.5)
+        self._committing_behind = True
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                tasks.create_task(self._commit_loop())
+                while True:
+                    await self.poll_once(timeout=0.5)
+        finally:
+            self._committing_behind = False
+
+    async def _commit_loop(self) -> None:
         while True:
-            await self.poll_once(timeout=0.5)
+            await self._commit_wanted.wait()
+            self._commit_wanted.clear()
+            await self._commit_processed()
 
     async def poll_once(self, timeout: float = 0.5) -> int:
         records = await self.subscription.poll(timeout=timeout)
@@ -94,10 +117,17 @@ class EventConsumer:
             if skip is None or not skip(record):
                 await self._handle_one(record)
             self._processed[record.tp] = record.offset + 1
-        await self._commit_processed()
+        if self._committing_behind:
+            self._commit_wanted.set()
+        else:
+            await self._commit_processed()
 
     async def _commit_processed(self) -> None:
         if not self._processed:
+            return
+        if self._group is None:
+            # No group, no offsets to commit: nothing waits on this batch's effects.
+            self._processed = {}
             return
         offsets, self._processed = self._processed, {}
         await self._bus.flush()

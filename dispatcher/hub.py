@@ -92,6 +92,9 @@ class Hub:
         self._feed_clock: HeartbeatFeedClock | None = None
         """Measures clusters' silences in time the hub could hear them (set at start)."""
         self._lost: set[str] = set()
+        self._outbox: list[tuple[JobRecord, str | None, int]] = []
+        """Placements whose assignments wait for their Assigned statuses to be durable."""
+        self._outbox_ready = asyncio.Event()
         self.metrics.track(self)
 
     # -- lifecycle --------------------------------------------------------------------
@@ -105,7 +108,7 @@ class Hub:
             [self.topics.status], None, self._on_status_event, skip=self._is_own_status
         )
         clusters = self._consumer([self.topics.clusters], None, self._on_heartbeat)
-        jobs = self._consumer([self.topics.jobs], group, self._on_job_event)
+        jobs = self._consumer([self.topics.jobs], group, self._on_job_event, commit_behind=True)
         self._consumers = [status, clusters, jobs]
         for consumer in self._consumers:
             await consumer.subscription.start()
@@ -117,6 +120,7 @@ class Hub:
         for consumer in self._consumers:
             self._tasks.spawn(consumer.run(), "consume")
         self._tasks.spawn(self._schedule_loop(), "schedule")
+        self._tasks.spawn(self._send_assignments(), "assignments")
         self._tasks.spawn(self._follow_heartbeat_feed(clusters, interval), "heartbeat-feed")
         lag = {
             self.topics.status: status.subscription,
@@ -173,6 +177,8 @@ class Hub:
         group: str | None,
         handler: EventHandler,
         skip: Callable[[Record], bool] | None = None,
+        *,
+        commit_behind: bool = False,
     ) -> EventConsumer:
         return EventConsumer(
             self.bus,
@@ -183,6 +189,7 @@ class Hub:
             component=self.config.source,
             on_dead_letter=self._count_dead_letter,
             skip=skip,
+            commit_behind=commit_behind,
         )
 
     def _is_own_status(self, record: Record) -> bool:
@@ -504,8 +511,29 @@ class Hub:
                 pass
             self._wake.clear()
             await self._check_clusters()
-            await self.schedule_pending()
+            placed = await self.schedule_pending()
+            if placed:
+                self._outbox.extend((r, r.cluster, r.attempt) for r in placed)
+                self._outbox_ready.set()
+
+    async def _send_assignments(self) -> None:
+        """Assignments leave only once their Assigned statuses are durable: a hub that dies in
+        between is rebuilt knowing the placement and sends it again, instead of placing the
+        job a second time. The wait for that is here, apart from the scheduling loop, so the
+        next pass places jobs meanwhile. A placement taken back in the meantime (deleted,
+        re-dispatched) is not sent."""
+        while True:
+            await self._outbox_ready.wait()
+            self._outbox_ready.clear()
+            batch, self._outbox = self._outbox, []
             await self.bus.flush()
+            for record, cluster, attempt in batch:
+                if (
+                    record.phase == JobPhase.ASSIGNED
+                    and record.cluster == cluster
+                    and record.attempt == attempt
+                ):
+                    await self._send_assignment(record)
 
     def plan(self, job: AnyJob, excluded: frozenset[str] = frozenset()) -> Placement:
         return self.placer.plan(
@@ -516,7 +544,9 @@ class Hub:
             excluded=excluded,
         )
 
-    async def schedule_pending(self) -> None:
+    async def schedule_pending(self) -> list[JobRecord]:
+        """One scheduling pass; returns the jobs it placed (their assignments are not sent
+        yet: see `_send_assignments`)."""
         queued = self.ledger.in_phase(JobPhase.QUEUED)
         placed: list[JobRecord] = []
         in_flight = (
@@ -545,13 +575,7 @@ class Hub:
                 )
             else:
                 await self._note_waiting(record, placement)
-        if placed:
-            # Assignments leave only once their Assigned statuses are durable: a hub that
-            # dies in between is rebuilt knowing the placement and sends it again, instead
-            # of placing the job a second time.
-            await self.bus.flush()
-            for record in placed:
-                await self._send_assignment(record)
+        return placed
 
     async def _note_waiting(self, record: JobRecord, placement: Placement) -> None:
         reasons = (
