@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from schemas.cluster import ClusterSnapshot, NodeSnapshot
@@ -67,3 +69,10 @@ def node(name: str, requested: dict[str, str] | None = None, **allocatable: str)
 
 def cluster(name: str, *nodes: NodeSnapshot, **fields: Any) -> ClusterSnapshot:
     return ClusterSnapshot(name=name, nodes=list(nodes), **fields)
+
+
+async def until(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Wait until `check()` holds (for in-process state that offers no event to wait on)."""
+    async with asyncio.timeout(timeout):
+        while not check():  # noqa: ASYNC110
+            await asyncio.sleep(0.02)

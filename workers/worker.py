@@ -153,6 +153,10 @@ class Worker:
         self._consumer: EventConsumer | None = None
         self._heartbeat_seq = 0
         self._lock = asyncio.Lock()
+        self._reporting = asyncio.Lock()
+        """One capacity read and report at a time: two reads in flight could otherwise be
+        reported in the order they completed, the older picture last, and the hub would take
+        it for the newest (room that a job's pods already took)."""
         self._timers: dict[str, _Timer] = {}
         self._exported: set[tuple[str, str]] = set()
         self._stopping = False
@@ -777,25 +781,29 @@ class Worker:
         """Read the capacity and report it. After a heartbeat that failed or came late the hub
         may have moved jobs away (and revoked them here): those are deleted first, under the
         lock, and the capacity read again, so that no report lists a job running elsewhere."""
-        capacity, read_at = await self._read_capacity()
-        if self._in_doubt:
-            async with self._lock:
-                capacity, read_at = await self._swept_capacity()
-        return await self._report(capacity, read_at)
+        async with self._reporting:
+            capacity, read_at = await self._read_capacity()
+            if self._in_doubt:
+                async with self._lock:
+                    capacity, read_at = await self._swept_capacity()
+            return await self._report(capacity, read_at)
 
     async def _report_soon(self) -> None:
         """Report freed capacity now rather than at the next periodic heartbeat (the lock is
         held). Skipped while in doubt (the periodic heartbeat sweeps first) and on a refusal
         (the periodic heartbeat reports it)."""
-        if self._in_doubt:
+        if self._in_doubt or self._reporting.locked():
+            # A report is under way; it cannot wait for it here (that one may want the lock
+            # held now), and the next periodic heartbeat shows the freed room anyway.
             return
-        try:
-            capacity, read_at = await self._read_capacity()
-        except BackendError as error:
-            log.warning("no heartbeat now: %s", error, extra=self._extra())
-            return
-        if not self._in_doubt:
-            await self._report(capacity, read_at)
+        async with self._reporting:
+            try:
+                capacity, read_at = await self._read_capacity()
+            except BackendError as error:
+                log.warning("no heartbeat now: %s", error, extra=self._extra())
+                return
+            if not self._in_doubt:
+                await self._report(capacity, read_at)
 
     async def _read_capacity(self) -> tuple[Capacity, float]:
         """The capacity and the monotonic time it was read; a failed read, or one that comes

@@ -5,7 +5,6 @@ during the outage nor right after it, before the workers are back."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from prometheus_client import CollectorRegistry
@@ -17,7 +16,7 @@ from dispatcher.heartbeat_feed import HeartbeatFeedClock
 from dispatcher.hub import Hub, HubConfig
 from schemas.events import EventType, make_event
 from schemas.status import JobPhase
-from tests.helpers import cluster, jax_job, node
+from tests.helpers import cluster, jax_job, node, until
 from trainhub.producer import submit_document
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -41,12 +40,6 @@ def test_the_clock_leaves_out_the_stretches_it_could_not_hear() -> None:
     assert clock.silence(None) == 0.0
     # Naive observation times are taken as UTC.
     assert clock.silence(at(12).replace(tzinfo=None)) == 0.5
-
-
-async def _until(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not check():  # noqa: ASYNC110 (the hub's ledger offers no event)
-            await asyncio.sleep(0.02)
 
 
 async def test_an_outage_of_the_bus_loses_no_cluster_but_later_silence_does() -> None:
@@ -78,7 +71,7 @@ async def test_an_outage_of_the_bus_loses_no_cluster_but_later_silence_does() ->
     try:
         await heartbeat("east")
         uid = await submit_document(bus, topics, jax_job("steady", workers=1))
-        await _until(lambda: (r := hub.ledger.get(uid)) is not None and r.cluster == "east")
+        await until(lambda: (r := hub.ledger.get(uid)) is not None and r.cluster == "east")
         # The bus goes away for three times `lost_after`, and east has said nothing since.
         reachable.clear()
         await asyncio.sleep(6.0)
@@ -93,7 +86,7 @@ async def test_an_outage_of_the_bus_loses_no_cluster_but_later_silence_does() ->
         assert lost() == 0
         # A silence the hub does hear still loses the cluster, about `lost_after` after the
         # return (less what it heard before the outage).
-        await _until(lambda: hub.ledger.get(uid).phase == JobPhase.QUEUED, timeout=5)  # type: ignore[union-attr]
+        await until(lambda: hub.ledger.get(uid).phase == JobPhase.QUEUED, timeout=5)  # type: ignore[union-attr]
         assert lost() == 1
         assert asyncio.get_running_loop().time() - back < 3.0
     finally:

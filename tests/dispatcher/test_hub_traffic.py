@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
-
 from bus.events import events_to_end, publish_event
 from bus.memory import MemoryBus
 from bus.topics import Topics
@@ -12,14 +9,8 @@ from dispatcher.hub import Hub, HubConfig
 from dispatcher.ledger import JobRecord, Ledger
 from schemas.events import EventType, JobStatusUpdate, make_event
 from schemas.status import JobPhase
-from tests.helpers import cluster, jax_job, node
+from tests.helpers import cluster, jax_job, node, until
 from trainhub.producer import submit_document
-
-
-async def _until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():  # noqa: ASYNC110 (the hub's ledger offers no event)
-            await asyncio.sleep(0.01)
 
 
 async def test_each_job_gets_one_assignment_after_its_assigned_status() -> None:
@@ -33,7 +24,7 @@ async def test_each_job_gets_one_assignment_after_its_assigned_status() -> None:
         heartbeat = make_event(EventType.CLUSTER_HEARTBEAT, "test", "east", snapshot)
         await publish_event(bus, topics.clusters, "east", heartbeat)
         uids = [await submit_document(bus, topics, jax_job(f"t-{i}")) for i in range(6)]
-        await _until(lambda: hub.ledger.count(JobPhase.ASSIGNED) == len(uids))
+        await until(lambda: hub.ledger.count(JobPhase.ASSIGNED) == len(uids))
         await bus.flush()
     finally:
         await hub.stop()
@@ -96,13 +87,13 @@ async def test_running_before_the_heartbeat_does_not_free_the_capacity_twice() -
     try:
         await heartbeat(None, [])
         first = await submit_document(bus, topics, jax_job("first", workers=2, cpu="2"))
-        await _until(lambda: hub.ledger.count(JobPhase.ASSIGNED) == 1)
+        await until(lambda: hub.ledger.count(JobPhase.ASSIGNED) == 1)
         await worker_says(first, JobPhase.RUNNING, 1)
-        await _until(
+        await until(
             lambda: (r := hub.ledger.get(first)) is not None and r.phase == JobPhase.RUNNING
         )
         second = await submit_document(bus, topics, jax_job("second", workers=2, cpu="2"))
-        await _until(
+        await until(
             lambda: (
                 (r := hub.ledger.get(second)) is not None
                 and r.message is not None
@@ -113,12 +104,12 @@ async def test_running_before_the_heartbeat_does_not_free_the_capacity_twice() -
         assert record is not None and record.phase == JobPhase.QUEUED, record
         # The heartbeat that counts the first job's pods takes over from the reservation.
         await heartbeat({"cpu": "4", "memory": "2Gi"}, [first])
-        await _until(lambda: hub.reservations.count("east") == 0)
+        await until(lambda: hub.reservations.count("east") == 0)
         assert hub.ledger.get(second).phase == JobPhase.QUEUED  # type: ignore[union-attr]
         # The first job ends and its pods go: now the second one fits.
         await worker_says(first, JobPhase.SUCCEEDED, 2)
         await heartbeat(None, [])
-        await _until(lambda: hub.ledger.count(JobPhase.ASSIGNED) == 1)
+        await until(lambda: hub.ledger.count(JobPhase.ASSIGNED) == 1)
         assert hub.ledger.get(second).phase == JobPhase.ASSIGNED  # type: ignore[union-attr]
     finally:
         await hub.stop()

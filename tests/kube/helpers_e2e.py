@@ -16,7 +16,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from bus.aiotasks import TaskOwner
-from bus.base import Bus, Subscription
+from bus.base import Bus
 from bus.kafka import KafkaBus
 from bus.kafka_settings import KafkaSettings
 from bus.topics import Topics
@@ -24,12 +24,36 @@ from dispatcher.hub import Hub, HubConfig
 from schemas.cluster import ClusterSnapshot
 from schemas.codec import decode_event
 from schemas.errors import EventDecodeError
-from schemas.events import EventType, JobStatusUpdate
+from schemas.events import CloudEvent, EventType, JobStatusUpdate
 from schemas.status import JobPhase
 from tests.kafka.processes import Process
 from tests.kube.sandbox_access import admin_request, job_objects, worker_backend
 from trainhub.sandbox.kube_cluster import KubeSandbox, MemberCluster
 from workers.worker import Worker, WorkerConfig
+
+
+async def follow(
+    bus: Bus, topic: str, event_type: str, take: Callable[[CloudEvent], None], tasks: TaskOwner
+) -> None:
+    """Hand every `event_type` event of `topic`, from its start, to `take` as it arrives, in a
+    task of `tasks` (undecodable records are passed over)."""
+    subscription = bus.subscribe([topic], group=None, start_from="earliest")
+    await subscription.start()
+
+    async def run() -> None:
+        try:
+            while True:
+                for record in await subscription.poll(timeout=0.2):
+                    try:
+                        event = decode_event(record.headers, record.value)
+                    except EventDecodeError:
+                        continue
+                    if event.type == event_type:
+                        take(event)
+        finally:
+            await subscription.stop()
+
+    tasks.spawn(run(), "follow")
 
 
 @dataclass(frozen=True)
@@ -51,28 +75,15 @@ class StatusLog:
     _tasks: TaskOwner = field(default_factory=lambda: TaskOwner("status-log"))
 
     async def start(self) -> None:
-        subscription = self.bus.subscribe([self.topics.status], group=None, start_from="earliest")
-        await subscription.start()
-        self._tasks.spawn(self._follow(subscription), "follow")
+        await follow(self.bus, self.topics.status, EventType.JOB_STATUS, self._take, self._tasks)
 
     async def stop(self) -> None:
         await self._tasks.cancel_all()
 
-    async def _follow(self, subscription: Subscription) -> None:
-        try:
-            while True:
-                for record in await subscription.poll(timeout=0.2):
-                    try:
-                        event = decode_event(record.headers, record.value)
-                    except EventDecodeError:
-                        continue
-                    if event.type != EventType.JOB_STATUS:
-                        continue
-                    update = event.data_as(JobStatusUpdate)
-                    self.updates.setdefault(update.uid, []).append(Seen(event.time, update))
-                    self._arrived.set()
-        finally:
-            await subscription.stop()
+    def _take(self, event: CloudEvent) -> None:
+        update = event.data_as(JobStatusUpdate)
+        self.updates.setdefault(update.uid, []).append(Seen(event.time, update))
+        self._arrived.set()
 
     def history(self, uid: str) -> list[JobStatusUpdate]:
         return [seen.update for seen in self.updates.get(uid, [])]
@@ -124,29 +135,18 @@ class HeartbeatLog:
     _tasks: TaskOwner = field(default_factory=lambda: TaskOwner("heartbeat-log"))
 
     async def start(self) -> None:
-        subscription = self.bus.subscribe([self.topics.clusters], group=None, start_from="earliest")
-        await subscription.start()
-        self._tasks.spawn(self._follow(subscription), "follow")
+        await follow(
+            self.bus, self.topics.clusters, EventType.CLUSTER_HEARTBEAT, self._take, self._tasks
+        )
 
     async def stop(self) -> None:
         await self._tasks.cancel_all()
 
-    async def _follow(self, subscription: Subscription) -> None:
-        try:
-            while True:
-                for record in await subscription.poll(timeout=0.2):
-                    try:
-                        event = decode_event(record.headers, record.value)
-                    except EventDecodeError:
-                        continue
-                    if event.type != EventType.CLUSTER_HEARTBEAT:
-                        continue
-                    snapshot = ClusterSnapshot.model_validate(event.data)
-                    if snapshot.observedAt is None:
-                        snapshot = snapshot.model_copy(update={"observedAt": event.time})
-                    self.snapshots.setdefault(snapshot.name, []).append(snapshot)
-        finally:
-            await subscription.stop()
+    def _take(self, event: CloudEvent) -> None:
+        snapshot = ClusterSnapshot.model_validate(event.data)
+        if snapshot.observedAt is None:
+            snapshot = snapshot.model_copy(update={"observedAt": event.time})
+        self.snapshots.setdefault(snapshot.name, []).append(snapshot)
 
     def of(self, cluster: str, *, after: datetime | None = None) -> list[ClusterSnapshot]:
         """The cluster's heartbeats in arrival order, only those read after `after` if given."""

@@ -3,9 +3,6 @@ and steer placement: from `trainhub worker` flags to the decision."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
-
 import pytest
 from typer.testing import CliRunner
 
@@ -15,7 +12,7 @@ from dispatcher.hub import Hub, HubConfig
 from dispatcher.placement_config import PlacementConfig
 from schemas.cluster import ClusterPolicy
 from schemas.status import JobPhase
-from tests.helpers import jax_job
+from tests.helpers import jax_job, until
 from trainhub.cli import app
 from trainhub.producer import submit_document
 from workers.backends.sim import SimBackend
@@ -47,12 +44,6 @@ def test_worker_refuses_bad_cluster_options(flags: list[str], message: str) -> N
     assert message in result.output
 
 
-async def _until(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not check():  # noqa: ASYNC110 (the hub's ledger offers no event)
-            await asyncio.sleep(0.02)
-
-
 async def test_heartbeats_carry_weight_cost_and_policy_and_placement_follows_them() -> None:
     bus = MemoryBus()
     await bus.start()
@@ -80,7 +71,7 @@ async def test_heartbeats_carry_weight_cost_and_policy_and_placement_follows_the
     for worker in workers:
         await worker.start()
     try:
-        await _until(lambda: len(hub.clusters.all()) == 2)
+        await until(lambda: len(hub.clusters.all()) == 2)
         open_ = hub.clusters.get("open")
         assert open_ is not None
         assert (open_.weight, open_.cost, open_.policy.allowHostPath) == (90, 1.0, True)
@@ -92,7 +83,7 @@ async def test_heartbeats_carry_weight_cost_and_policy_and_placement_follows_the
         spec = mounted["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]
         spec["volumes"] = [{"name": "data", "hostPath": {"path": "/data"}}]
         hostpath = await submit_document(bus, topics, mounted)
-        await _until(
+        await until(
             lambda: all(
                 (r := hub.ledger.get(u)) is not None and r.cluster is not None
                 for u in (ordinary, hostpath)
@@ -104,7 +95,7 @@ async def test_heartbeats_carry_weight_cost_and_policy_and_placement_follows_the
         assert second.cluster == "open" and second.decision is not None
         refused = {c.name: c.reason for c in second.decision.clusters if not c.feasible}
         assert "plain" in refused and "hostPath" in (refused["plain"] or "")
-        await _until(
+        await until(
             lambda: all(
                 (r := hub.ledger.get(u)) is not None and r.phase == JobPhase.SUCCEEDED
                 for u in (ordinary, hostpath)
