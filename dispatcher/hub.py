@@ -137,7 +137,10 @@ class Hub:
         self._replaying = False
         if not replayed:
             return
-        for record in self.ledger.in_phase(JobPhase.ASSIGNED, JobPhase.CREATED):
+        # Running ones too: their reservation ends only once a heartbeat counts their pods.
+        for record in self.ledger.in_phase(
+            JobPhase.ASSIGNED, JobPhase.CREATED, JobPhase.RUNNING, JobPhase.RESTARTING
+        ):
             self._restore_reservation(record)
         for record in self.ledger.in_phase(JobPhase.ASSIGNED):
             # The assignment may never have reached the worker; the same attempt again is

@@ -113,3 +113,42 @@ async def test_running_before_the_heartbeat_does_not_free_the_capacity_twice() -
         assert hub.ledger.get(second).phase == JobPhase.ASSIGNED  # type: ignore[union-attr]
     finally:
         await hub.stop()
+
+
+async def test_a_restarted_hub_keeps_the_reservation_of_a_job_no_heartbeat_counts_yet() -> None:
+    bus = MemoryBus()
+    await bus.start()
+    topics = Topics(prefix="rebuilt")
+    first = Hub(bus, topics, HubConfig(schedule_interval=0.05))
+    await first.start()
+    snapshot = cluster("east", node("n1", cpu="4", memory="8Gi"))
+    heartbeat = make_event(EventType.CLUSTER_HEARTBEAT, "worker/east", "east", snapshot)
+    await publish_event(bus, topics.clusters, "east", heartbeat)
+    uid = await submit_document(bus, topics, jax_job("held", workers=2, cpu="2"))
+    await until(lambda: first.ledger.count(JobPhase.ASSIGNED) == 1)
+    running = JobStatusUpdate(
+        uid=uid, phase=JobPhase.RUNNING, cluster="east", attempt=1, sequence=1
+    )
+    await publish_event(
+        bus, topics.status, uid, make_event(EventType.JOB_STATUS, "worker/east", uid, running)
+    )
+    await until(lambda: first.ledger.count(JobPhase.RUNNING) == 1)
+    await first.stop()
+
+    second = Hub(bus, topics, HubConfig(schedule_interval=0.05))
+    await second.start()
+    try:
+        record = second.ledger.get(uid)
+        assert record is not None and record.phase == JobPhase.RUNNING
+        # The last heartbeat predates the job's pods: its room stays taken.
+        assert second.reservations.count("east") == 1
+        late = await submit_document(bus, topics, jax_job("late", workers=1, cpu="2"))
+        await until(
+            lambda: (
+                (r := second.ledger.get(late)) is not None
+                and r.reason in ("WaitingForCapacity", "Assigned")
+            )
+        )
+        assert second.ledger.get(late).phase == JobPhase.QUEUED  # type: ignore[union-attr]
+    finally:
+        await second.stop()
