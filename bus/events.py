@@ -64,6 +64,7 @@ class EventConsumer:
         self._commit_wanted = asyncio.Event()
         self._committing_behind = False
         """True while `run()` has its commit task going."""
+        self._committing = asyncio.Lock()
         self.subscription = bus.subscribe(
             topics, group=group, start_from=start_from, on_revoke=self._on_revoke
         )
@@ -129,9 +130,14 @@ class EventConsumer:
             # No group, no offsets to commit: nothing waits on this batch's effects.
             self._processed = {}
             return
-        offsets, self._processed = self._processed, {}
-        await self._bus.flush()
-        await self.subscription.commit(offsets)
+        # One commit at a time, in order: the commit task and a rebalance's revoke may both
+        # get here, and an older commit landing after a newer one would move offsets back.
+        async with self._committing:
+            offsets, self._processed = self._processed, {}
+            if not offsets:
+                return
+            await self._bus.flush()
+            await self.subscription.commit(offsets)
 
     async def _on_revoke(self, revoked: set[TopicPartition]) -> None:
         # Whatever was handled must be committed before another member takes over.
