@@ -15,7 +15,6 @@ from typing import Any, TypeVar
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
 from aiokafka import TopicPartition as KafkaTP
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.conn import create_conn
 from aiokafka.errors import (
     AuthenticationFailedError,
     ClusterAuthorizationFailedError,
@@ -53,7 +52,7 @@ from bus.base import (
     TopicSpec,
     UnknownTopicError,
 )
-from bus.kafka_settings import KafkaSettings
+from bus.kafka_settings import KafkaSettings, connect_first_broker
 
 log = logging.getLogger(__name__)
 
@@ -189,20 +188,8 @@ class KafkaBus(Bus):
         for a long while; one direct connection tells the two apart at once."""
         if not self.settings.security_protocol.startswith("SASL"):
             return
-        options = self.settings.client_options()
-        host, _, port = self.settings.bootstrap.split(",")[0].strip().rpartition(":")
         try:
-            conn = await create_conn(
-                host,
-                int(port),
-                client_id=options["client_id"],
-                request_timeout_ms=options["request_timeout_ms"],
-                ssl_context=options.get("ssl_context"),
-                security_protocol=options["security_protocol"],
-                sasl_mechanism=options["sasl_mechanism"],
-                sasl_plain_username=options["sasl_plain_username"],
-                sasl_plain_password=options["sasl_plain_password"],
-            )
+            conn = await connect_first_broker(self.settings)
         except _AUTH:
             raise
         except (OSError, KafkaError):

@@ -11,12 +11,11 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Literal
 
-from aiokafka.conn import create_conn
 from aiokafka.errors import for_code
 from aiokafka.protocol.admin import CreateAclsRequest
 
 from bus.base import BusError
-from bus.kafka_settings import KafkaSettings
+from bus.kafka_settings import KafkaSettings, connect_first_broker
 from bus.topics import Topics
 
 
@@ -157,19 +156,7 @@ async def create_acls(settings: KafkaSettings, bindings: Iterable[tuple[str, Acl
     """Allow each (principal, rule) on the broker, from any host, connecting as `settings`'
     user (a super user or one allowed to alter the cluster). Existing ACLs are kept;
     creating one twice is harmless. Returns how many were sent."""
-    options = settings.client_options()
-    host, _, port = settings.bootstrap.split(",")[0].strip().rpartition(":")
-    conn = await create_conn(
-        host,
-        int(port),
-        client_id=options["client_id"],
-        request_timeout_ms=options["request_timeout_ms"],
-        ssl_context=options.get("ssl_context"),
-        security_protocol=options["security_protocol"],
-        sasl_mechanism=options.get("sasl_mechanism"),
-        sasl_plain_username=options.get("sasl_plain_username"),
-        sasl_plain_password=options.get("sasl_plain_password"),
-    )
+    conn = await connect_first_broker(settings)
     sent = 0
     try:
         # aiokafka's admin client has no create_acls; its protocol layer has the request

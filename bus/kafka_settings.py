@@ -6,6 +6,8 @@ import ssl
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from aiokafka.conn import AIOKafkaConnection, create_conn
+
 SecurityProtocol = Literal["PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL"]
 
 
@@ -51,3 +53,21 @@ class KafkaSettings:
                 context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
             options["ssl_context"] = context
         return options
+
+
+async def connect_first_broker(settings: KafkaSettings) -> AIOKafkaConnection:
+    """One direct connection to the first bootstrap broker, authenticated as `settings` say
+    (for what aiokafka's clients do not offer, or do too slowly)."""
+    options = settings.client_options()
+    host, _, port = settings.bootstrap.split(",")[0].strip().rpartition(":")
+    return await create_conn(
+        host,
+        int(port),
+        client_id=options["client_id"],
+        request_timeout_ms=options["request_timeout_ms"],
+        ssl_context=options.get("ssl_context"),
+        security_protocol=options["security_protocol"],
+        sasl_mechanism=options.get("sasl_mechanism"),
+        sasl_plain_username=options.get("sasl_plain_username"),
+        sasl_plain_password=options.get("sasl_plain_password"),
+    )
