@@ -195,6 +195,19 @@ def total_demand(demands: list[PodDemand]) -> dict[str, Decimal]:
     return total
 
 
+_BASE_RESOURCES = ("cpu", "memory")
+
+
+def scored_resources(demand: Mapping[str, Decimal]) -> tuple[str, ...]:
+    """cpu, memory and the other resources the job asks for (the allocation scores average
+    the free share of each)."""
+    for resource, amount in demand.items():
+        if amount > 0 and resource not in _BASE_RESOURCES:
+            extra = sorted(r for r, a in demand.items() if a > 0 and r not in _BASE_RESOURCES)
+            return (*_BASE_RESOURCES, *extra)
+    return _BASE_RESOURCES
+
+
 def _size(demand: PodDemand) -> tuple[Decimal, ...]:
     return tuple(sorted(demand.requests.values(), reverse=True))
 
@@ -220,6 +233,9 @@ class JobProfile:
     """Why the job cannot be placed anywhere, whatever the clusters (malformed constraints)."""
     key: tuple[object, ...]
     """Equal keys are placed identically on equal clusters."""
+    scored: tuple[tuple[str, float], ...] = ()
+    """The resources allocation scores look at (`scored_resources` of `total`), each with
+    its `total` as a float."""
 
 
 def _annotation_selector(
@@ -249,16 +265,18 @@ def profile_job(job: AnyJob) -> JobProfile:
     privileges = requested_privileges(job)
     namespace = job.metadata.namespace
     problem = "; ".join(problems) or None
+    total = total_demand(list(demands))
     return JobProfile(
         demands=demands,
         ordered=tuple(packing_order(demands)),
-        total=total_demand(list(demands)),
+        total=total,
         namespace=namespace,
         cluster_selector=selector,
         preferred_clusters=preferred,
         privileges=privileges,
         problem=problem,
         key=(tuple(d.key for d in demands), namespace, selector, preferred, privileges, problem),
+        scored=tuple([(r, float(total.get(r, _ZERO))) for r in scored_resources(total)]),
     )
 
 

@@ -10,7 +10,7 @@ import heapq
 import operator
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from itertools import compress, repeat
 
 from dispatcher.demand import PodDemand, packing_order
@@ -146,9 +146,12 @@ def pod_slots(free: Mapping[str, Decimal], needs: tuple[tuple[str, Decimal], ...
         have = free.get(resource, _ZERO)
         if have < amount:
             return 0
-        fit = _MANY if have >= amount * _MANY else int(have // amount)
+        try:
+            fit = int(have // amount)
+        except (InvalidOperation, OverflowError):  # a quotient past Decimal's precision
+            fit = _MANY
         if fit < slots:
-            slots = fit
+            slots = fit if fit < _MANY else _MANY
     return slots
 
 
@@ -340,10 +343,14 @@ class PackingHeap:
             slack = _slack(free_of(index), positive[pod_slot[index]])
             if slack is not None:
                 heapq.heappush(entries, (slack, index, token))
-        if len(entries) > 2 * self._size + 64:
-            self.entries = [e for e in entries if current.get(e[1], 0) == e[2]]
-            heapq.heapify(self.entries)
-            self._size = len(self.entries)
+        # Outdated entries stay until compaction, and every `best_fit_from` pops those above
+        # the entries it takes (from its own copy): keep them few, and none on top.
+        if len(entries) > self._size + max(16, self._size // 4):
+            self.entries = entries = [e for e in entries if current.get(e[1], 0) == e[2]]
+            heapq.heapify(entries)
+            self._size = len(entries)
+        while entries and current.get(entries[0][1], 0) != entries[0][2]:
+            heapq.heappop(entries)
 
     def token(self) -> int:
         """A token no entry has yet."""

@@ -192,6 +192,7 @@ class ClusterFacts:
                 elif resource not in free:
                     free[resource] = _ZERO
         self.capacity, self.free = capacity, free
+        self.capacity_float = {r: float(a) for r, a in capacity.items()}
         self.pod_slot = [_POD_SLOT in n.allocatable for n in nodes]
         observed = snapshot.observedAt
         if observed is not None and observed.tzinfo is None:
@@ -211,6 +212,7 @@ class ClusterFacts:
         self._node_versions: Mapping[str, int] = {}
         self._patched: dict[int, tuple[int, dict[str, Decimal]]] = {}
         self._free_now: dict[str, Decimal] = {}
+        self._free_float: dict[str, float] = {}
         self._rooms_now: list[NodeRoom] | None = None
         if previous is not None and previous.name == self.name:
             self._inherit(previous)
@@ -343,9 +345,13 @@ class ClusterFacts:
         self._rooms_now = None
         if reservations is None:
             self._reserved, self._free_now = {}, self.free
+        else:
+            self._reserved = reservations.on_node(self.name)
+            total = reservations.total
+            self._free_now = {r: v - total(self.name, r) for r, v in self.free.items()}
+        self._free_float = {r: float(v) for r, v in self._free_now.items()}
+        if reservations is None:
             return
-        self._reserved = reservations.on_node(self.name)
-        self._free_now = {r: v - reservations.total(self.name, r) for r, v in self.free.items()}
         if isinstance(reservations, VersionedReservations):
             self._node_versions = reservations.node_versions.get(self.name, {})
         else:
@@ -406,6 +412,9 @@ class ClusterFacts:
                     profile.preferred_clusters,
                     context.max_cost,
                     self.capacity,
+                    self._free_float,
+                    self.capacity_float,
+                    profile.scored,
                 )
             )
             score = round(scorer.combine(parts), 3)

@@ -31,8 +31,10 @@ class Reservations:
         for node, resources in usage.items():
             slot = nodes.setdefault(node, {})
             for resource, amount in resources.items():
-                slot[resource] = slot.get(resource, _ZERO) + sign * amount
-                totals[resource] = totals.get(resource, _ZERO) + sign * amount
+                if sign < 0:
+                    amount = -amount
+                slot[resource] = slot.get(resource, _ZERO) + amount
+                totals[resource] = totals.get(resource, _ZERO) + amount
         self.version += 1
 
     def reserve(self, cluster: str, job_uid: str, usage: Usage) -> None:

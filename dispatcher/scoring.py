@@ -23,10 +23,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Protocol
 
-from dispatcher.demand import LabelRequirement, PodDemand
+from dispatcher.demand import LabelRequirement, PodDemand, scored_resources
 from schemas.cluster import ClusterSnapshot
 
-_BASE_RESOURCES = ("cpu", "memory")
 _ZERO = Decimal(0)
 NEUTRAL = 50.0
 DEFAULT_GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -48,6 +47,13 @@ class ScoreInput:
     """The highest `cost` among the clusters considered for this decision."""
     capacity: Mapping[str, Decimal] | None = None
     """Cluster-wide allocatable per resource, when the caller has it at hand."""
+    free_float: Mapping[str, float] | None = None
+    """`free` in floats, when the caller keeps it (placement does, per cluster)."""
+    capacity_float: Mapping[str, float] | None = None
+    """Allocatable per resource in floats, with `free_float`."""
+    scored: tuple[tuple[str, float], ...] | None = None
+    """The resources allocation scores look at (`scored_resources`), each with the job's
+    demand as a float, when the caller keeps them (placement does, per job)."""
 
     def total(self, resource: str) -> Decimal:
         if self.capacity is not None:
@@ -67,28 +73,25 @@ class ScoringOptions:
     gpu_resource: str = DEFAULT_GPU_RESOURCE
 
 
-def _scored_resources(demand: Mapping[str, Decimal]) -> tuple[str, ...]:
-    for resource, amount in demand.items():
-        if amount > 0 and resource not in _BASE_RESOURCES:
-            extra = sorted(r for r, a in demand.items() if a > 0 and r not in _BASE_RESOURCES)
-            return (*_BASE_RESOURCES, *extra)
-    return _BASE_RESOURCES
-
-
 def _free_share_after(item: ScoreInput) -> float:
     """The mean over cpu, memory and the job's other resources of the share of capacity
     left free after the job (each clamped to 0..1), times 100."""
-    demand, free = item.demand, item.free
+    # In floats: a score is a ranking aid rounded to 3 decimals, and Decimal arithmetic was
+    # most of a cluster's scoring time.
+    free, capacity, scored = item.free_float, item.capacity_float, item.scored
+    if free is None or capacity is None or scored is None:
+        demand = item.demand
+        resources = scored_resources(demand)
+        scored = tuple((r, float(demand.get(r, _ZERO))) for r in resources)
+        free = {r: float(item.free.get(r, _ZERO)) for r in resources}
+        capacity = {r: float(item.total(r)) for r in resources}
     total = 0.0
     count = 0
-    for resource in _scored_resources(demand):
-        capacity = item.total(resource)
-        if capacity <= 0:
+    for resource, wanted in scored:
+        size = capacity.get(resource, 0.0)
+        if size <= 0.0:
             continue
-        # In floats: a score is a ranking aid rounded to 3 decimals, and Decimal division
-        # was most of a cluster's scoring time.
-        left = float(free.get(resource, _ZERO)) - float(demand.get(resource, _ZERO))
-        share = left / float(capacity)
+        share = (free.get(resource, 0.0) - wanted) / size
         if share > 1.0:
             share = 1.0
         elif not share > 0.0:
@@ -251,6 +254,8 @@ class WeightedScorer:
         """The weighted mean of `parts` (as returned by `parts` for this scorer)."""
         if self.total_weight == 0:
             return 0.0
+        if len(parts) == 1:
+            return parts[0][1]
         weighted = 0.0
         for (_, score), (_, weight) in zip(parts, self.policies, strict=True):
             weighted += score * weight

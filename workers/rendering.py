@@ -23,6 +23,9 @@ LABEL_JOB_ROLE = f"{GROUP}/job-role"
 LABEL_JOB_UID = "trainhub.io/job-uid"
 LABEL_ATTEMPT = "trainhub.io/attempt"
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
+ANNOTATION_GANG_SIZE = "trainhub.io/gang-size"
+"""On every pod: how many pods the job has, so a capacity read can tell a whole gang bound
+from part of one."""
 OPERATOR_NAME = "trainhub"
 _RBAC_GROUP = "rbac.authorization.k8s.io"
 
@@ -372,4 +375,7 @@ def render_job(
             rendered.pods.append(pod)
             if adapter.creates_services:
                 rendered.services.append(_service_plan(pod))
+    gang = str(len(rendered.pods))
+    for pod in rendered.pods:
+        pod.annotations[ANNOTATION_GANG_SIZE] = gang
     return rendered

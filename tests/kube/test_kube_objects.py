@@ -10,7 +10,7 @@ from typing import Any
 from schemas.cluster import Taint
 from workers.backends.kube_capacity import node_snapshots, pod_requests
 from workers.backends.kube_watch import PodObserver, main_exit_code
-from workers.rendering import LABEL_JOB_UID, LABEL_MANAGED
+from workers.rendering import ANNOTATION_GANG_SIZE, LABEL_JOB_UID, LABEL_MANAGED
 
 
 def _node(name: str, *, ready: bool = True, **spec: Any) -> dict[str, Any]:
@@ -31,11 +31,19 @@ def _pod(
     containers: list[dict[str, Any]],
     *,
     job: str | None = None,
+    gang: int | None = None,
     **spec: Any,
 ) -> dict[str, Any]:
     labels = {LABEL_MANAGED: "trainhub", LABEL_JOB_UID: job} if job else {}
+    annotations = {ANNOTATION_GANG_SIZE: str(gang)} if gang is not None else {}
     return {
-        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}", "labels": labels},
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "uid": f"uid-{name}",
+            "labels": labels,
+            "annotations": annotations,
+        },
         "spec": {"nodeName": node, "containers": containers, **spec},
         "status": {"phase": phase},
     }
@@ -78,6 +86,30 @@ def test_requests_of_bound_non_terminal_pods_are_summed_per_node() -> None:
     }
     assert by_name["n2"] == {"nvidia.com/gpu": Decimal(1), "pods": Decimal(1)}
     assert jobs == {"j1", "j4"}
+
+
+def test_a_job_counts_as_included_only_once_its_whole_gang_is_bound() -> None:
+    small = [_container(requests={"cpu": "1"})]
+    pods = [
+        # "half": two of its four pods bound, one waiting for a node, one not made yet.
+        _pod("half-0", "n1", "Running", small, job="half", gang=4),
+        _pod("half-1", "n2", "Pending", small, job="half", gang=4),
+        _pod("half-2", None, "Pending", small, job="half", gang=4),
+        # "whole": all three bound.
+        *(_pod(f"whole-{i}", "n1", "Running", small, job="whole", gang=3) for i in range(3)),
+        # "ending": one of its two pods already succeeded: its reservation went long ago.
+        _pod("ending-0", "n2", "Succeeded", small, job="ending", gang=2),
+        _pod("ending-1", "n2", "Running", small, job="ending", gang=2),
+        # Made before pods carried their gang size: one bound pod is enough, as before.
+        _pod("old-0", "n2", "Running", small, job="old"),
+        _pod("odd-0", "n2", "Running", small, job="odd", gang=0),
+    ]
+    snapshots, jobs = node_snapshots([_node("n1"), _node("n2")], pods)
+    assert jobs == {"whole", "old", "odd"}
+    # The bound pods of "half" still count on their nodes.
+    by_name = {n.name: n.requested for n in snapshots}
+    assert by_name["n1"]["cpu"] == Decimal(4)
+    assert by_name["n2"]["cpu"] == Decimal(4)
 
 
 def test_init_containers_count_as_their_largest_and_overhead_adds() -> None:

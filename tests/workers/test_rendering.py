@@ -129,9 +129,11 @@ def test_template_labels_annotations_and_init_containers_are_kept() -> None:
     template = doc["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
     template["metadata"] = {"labels": {"team": "vision"}, "annotations": {"note": "keep"}}
     template["spec"]["initContainers"] = [{"name": "fetch", "image": "example/fetch:1"}]
-    worker = render_job(parse_job(doc)).pods[1]
+    rendered = render_job(parse_job(doc))
+    worker = rendered.pods[1]
     assert worker.labels["team"] == "vision"
-    assert worker.annotations == {"note": "keep"}
+    gang = str(len(rendered.pods))
+    assert worker.annotations == {"note": "keep", "trainhub.io/gang-size": gang}
     assert [c.name for c in worker.spec.initContainers or []] == ["fetch", "init-pytorch"]
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from schemas.cluster import NodeSnapshot, Taint
 from schemas.quantity import QuantityError, parse_quantity
-from workers.rendering import LABEL_JOB_UID, LABEL_MANAGED, OPERATOR_NAME
+from workers.rendering import ANNOTATION_GANG_SIZE, LABEL_JOB_UID, LABEL_MANAGED, OPERATOR_NAME
 
 log = logging.getLogger(__name__)
 
@@ -79,14 +79,28 @@ def job_uid_of(obj: Mapping[str, Any]) -> str | None:
     return str(uid) if uid else None
 
 
+def gang_size(pod: Mapping[str, Any]) -> int:
+    """How many pods the pod's job has (1 for pods made before jobs said so)."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    try:
+        return max(1, int(annotations.get(ANNOTATION_GANG_SIZE, 1)))
+    except (TypeError, ValueError):
+        return 1
+
+
 def node_snapshots(
     nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
 ) -> tuple[list[NodeSnapshot], set[str]]:
     """Ready, schedulable nodes with what their non-terminal pods (everyone's) request, and
-    the uids of our jobs whose bound pods that count includes."""
+    the uids of our jobs whose whole gang that count includes.
+
+    A job with only part of its pods bound is left out: the hub keeps holding its whole
+    reservation until the rest is bound (counting the bound part twice for a moment), rather
+    than letting go of the room its unbound pods still need."""
     requested: dict[str, dict[str, Decimal]] = {}
     pod_counts: dict[str, int] = {}
-    jobs: set[str] = set()
+    bound: dict[str, int] = {}
+    sizes: dict[str, int] = {}
     for pod in pods:
         node = (pod.get("spec") or {}).get("nodeName")
         if not node or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
@@ -98,7 +112,9 @@ def node_snapshots(
         if is_ours(pod):
             uid = job_uid_of(pod)
             if uid is not None:
-                jobs.add(uid)
+                bound[uid] = bound.get(uid, 0) + 1
+                sizes[uid] = gang_size(pod)
+    jobs = {uid for uid, count in bound.items() if count >= sizes[uid]}
     snapshots = []
     for node in nodes:
         if not (node_is_ready(node) and node_is_schedulable(node)):
