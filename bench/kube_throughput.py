@@ -9,7 +9,7 @@ Written to bench/results/kube.json:
 - apiserver requests per job (the workers' `KubeApi.requests`, split by verb and resource),
   against the target "a small constant plus one create per object".
 
-Usage: python -m bench.kube_throughput [--jobs M] [--pods K] [--memory-bus]
+Usage: python -m bench.kube_throughput [--jobs M] [--pods K] [--memory-bus] [--serial-submit]
        [--bootstrap HOST:PORT] [--heartbeat-interval S] [--output FILE]
 Without --bootstrap (and without --memory-bus) a sandbox broker is started for the run; the
 clusters are always started, in a temporary directory, and stopped at the end.
@@ -126,38 +126,47 @@ class PodTimes:
     created: dict[str, float] = field(default_factory=dict)
     bound: dict[str, float] = field(default_factory=dict)
     job_of: dict[str, str] = field(default_factory=dict)
+    rewatches: int = 0
+    """Times the apiserver ended the watch and it was resumed."""
 
 
 async def watch_pods(cluster: MemberCluster, times: PodTimes, ready: asyncio.Event) -> None:
-    """Follow every pod we manage on `cluster` with the admin token (one watch stream)."""
+    """Follow every pod we manage on `cluster` with the admin token (one watch stream, resumed
+    from the last resourceVersion whenever the apiserver ends it: an apiserver closes a watch
+    that falls behind, which a busy machine makes happen mid-run)."""
     context = ssl.create_default_context(cafile=str(cluster.ca_file))
-    url = (
-        f"{cluster.server}/api/v1/pods?watch=true&timeoutSeconds=3600"
+    base = (
+        f"{cluster.server}/api/v1/pods?watch=true&timeoutSeconds=3600&allowWatchBookmarks=true"
         f"&labelSelector={quote(MANAGED_SELECTOR)}"
     )
     headers = {"Authorization": f"Bearer {cluster.admin_token}"}
     timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
-    async with (
-        aiohttp.ClientSession(headers=headers, timeout=timeout) as session,
-        session.get(url, ssl=context) as response,
-    ):
-        response.raise_for_status()
-        ready.set()
+    version: str | None = None
+    async with aiohttp.ClientSession(headers=headers, timeout=timeout) as session:
         while True:
-            line = await response.content.readline()
-            if not line:
-                return
-            now = time.monotonic()
-            event = json.loads(line)
-            pod = event.get("object") or {}
-            metadata = pod.get("metadata") or {}
-            key = f"{metadata.get('namespace')}/{metadata.get('name')}/{metadata.get('uid')}"
-            if event.get("type") == "DELETED":
-                continue
-            times.created.setdefault(key, now)
-            times.job_of.setdefault(key, (metadata.get("labels") or {}).get(LABEL_JOB_UID, ""))
-            if (pod.get("spec") or {}).get("nodeName"):
-                times.bound.setdefault(key, now)
+            url = base if version is None else f"{base}&resourceVersion={version}"
+            async with session.get(url, ssl=context) as response:
+                response.raise_for_status()
+                ready.set()
+                while line := await response.content.readline():
+                    version = _note_pod(times, json.loads(line), version)
+            times.rewatches += 1
+
+
+def _note_pod(times: PodTimes, event: dict[str, Any], version: str | None) -> str | None:
+    """Record one watch event; returns the resourceVersion to resume from."""
+    pod = event.get("object") or {}
+    metadata = pod.get("metadata") or {}
+    if event.get("type") == "ERROR":
+        raise RuntimeError(f"pod watch of {times.cluster} failed: {pod}")
+    if event.get("type") not in ("BOOKMARK", "DELETED"):
+        now = time.monotonic()
+        key = f"{metadata.get('namespace')}/{metadata.get('name')}/{metadata.get('uid')}"
+        times.created.setdefault(key, now)
+        times.job_of.setdefault(key, (metadata.get("labels") or {}).get(LABEL_JOB_UID, ""))
+        if (pod.get("spec") or {}).get("nodeName"):
+            times.bound.setdefault(key, now)
+    return metadata.get("resourceVersion") or version
 
 
 # --- status on the bus -----------------------------------------------------------------------
@@ -299,16 +308,28 @@ async def run(args: argparse.Namespace, sandbox: KubeSandbox, bus: Bus) -> dict[
         requests_before = {n: b.api.requests for n, b in backends.items()}
         run_id = uuid.uuid4().hex[:5]
         submitted: dict[str, tuple[float, float]] = {}
-        began = time.monotonic()
-        for i in range(args.jobs):
+
+        async def submit(i: int) -> None:
             document = job(f"kb-{run_id}-{i}", args.pods, args.duration)
             wall, mono = time.time(), time.monotonic()
             uid = await submit_document(bus, topics, document)
             submitted[uid] = (wall, mono)
+
+        began = time.monotonic()
+        if args.serial_submit:
+            for i in range(args.jobs):
+                await submit(i)
+        else:
+            # At once: each publish still waits for its own acknowledgement, but none waits
+            # for the one before (the producer batches them), as with many pipelines at once.
+            await asyncio.gather(*(submit(i) for i in range(args.jobs)))
         submit_seconds = time.monotonic() - began
         total_pods = args.jobs * args.pods
 
         def bound() -> int:
+            for task in tasks:
+                if task.done():
+                    task.result()  # a watch or the status follower failed: say why, now
             return sum(len(p.bound) for p in pods.values())
 
         deadline = time.monotonic() + args.timeout
@@ -382,6 +403,7 @@ def report(
             "pods_created_per_s_within_a_job_p50": (
                 round(statistics.median(bursts), 1) if bursts else None
             ),
+            "watch_resumed": times.rewatches,
         }
     latencies = [
         max(bound_at[uid]) - mono
@@ -398,11 +420,12 @@ def report(
     for name, mean in latency_creates.items():
         if name in clusters:
             clusters[name]["create_request_ms_mean"] = mean
-            # The worker awaits a Service create, then a Pod create, for one pod after another.
+            # What creating one pod after another would give (a Service, then its Pod).
             clusters[name]["sequential_bound_pods_per_s"] = round(1000 / (2 * mean), 1)
     rates = [c["pods_created_per_s"] or 0.0 for c in clusters.values()]
     return {
         "bus": "memory" if args.memory_bus else "kafka",
+        "submit": "serial" if args.serial_submit else "at once",
         "jobs": args.jobs,
         "pods_per_job": args.pods,
         "heartbeat_interval_s": args.heartbeat_interval,
@@ -542,6 +565,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--pods", type=int, default=10, help="K: pods per job")
     parser.add_argument("--duration", default="2s", help="how long each pod runs (KWOK)")
     parser.add_argument("--memory-bus", action="store_true", help="in-memory bus, no broker")
+    parser.add_argument(
+        "--serial-submit",
+        action="store_true",
+        help="submit one job after another, each once the previous is acknowledged (the pace "
+        "then depends on the broker's round trip in a busy process)",
+    )
     parser.add_argument("--bootstrap", help="an existing broker instead of a sandbox one")
     parser.add_argument("--heartbeat-interval", type=float, default=2.0)
     parser.add_argument("--timeout", type=float, default=300.0)

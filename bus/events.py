@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from bus.base import Bus, Record, StartFrom, TopicPartition
@@ -39,6 +40,9 @@ class EventConsumer:
     record never blocks its partition. A handler that raises ValueError has judged the event
     invalid: that record is dead-lettered too. Any other exception stops the consumer
     without committing, so the record is delivered again after a restart.
+
+    With `concurrency` above 1, a batch's records are handled up to that many keys at once,
+    each key's records one after another in their order (see `process`).
     """
 
     def __init__(
@@ -54,11 +58,17 @@ class EventConsumer:
         on_dead_letter: Callable[[Record, str], Awaitable[None]] | None = None,
         skip: Callable[[Record], bool] | None = None,
         commit_behind: bool = False,
+        concurrency: int = 1,
     ) -> None:
         """`skip`: records it returns True for are passed over undecoded (and committed).
         `commit_behind`: `run()` commits in a task of its own, so polling goes on while a
-        batch's effects are flushed and its offsets committed (still only in that order)."""
+        batch's effects are flushed and its offsets committed (still only in that order).
+        `concurrency`: how many keys' records `process` handles at once (1: the batch in
+        order); only for handlers whose effects on different keys are independent."""
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, not {concurrency}")
         self._bus = bus
+        self._concurrency = concurrency
         self._group = group
         self._commit_behind = commit_behind
         self._commit_wanted = asyncio.Event()
@@ -113,11 +123,15 @@ class EventConsumer:
                 return handled
 
     async def process(self, records: list[Record]) -> None:
-        skip = self._skip
-        for record in records:
-            if skip is None or not skip(record):
-                await self._handle_one(record)
-            self._processed[record.tp] = record.offset + 1
+        """Handle a batch, then commit it (or have the commit task do so). A handler's failure
+        is raised once the records in hand have settled; offsets move only past records that
+        were handled and all of whose predecessors in their partition were too."""
+        if self._concurrency == 1:
+            for record in records:
+                await self._handle_or_skip(record)
+                self._processed[record.tp] = record.offset + 1
+        else:
+            await self._process_by_key(records)
         if self._committing_behind:
             self._commit_wanted.set()
         else:
@@ -138,6 +152,46 @@ class EventConsumer:
                 return
             await self._bus.flush()
             await self.subscription.commit(offsets)
+
+    async def _process_by_key(self, records: list[Record]) -> None:
+        """Each key's records in order, up to `concurrency` keys at once. After a failure no
+        key starts another record; the first failure is raised once the others settle."""
+        lanes: dict[bytes | None, list[Record]] = {}
+        for record in records:
+            lanes.setdefault(record.key, []).append(record)
+        waiting = deque(lanes.values())
+        handled: set[tuple[TopicPartition, int]] = set()
+        failures: list[Exception] = []
+
+        async def drive() -> None:
+            while waiting and not failures:
+                for record in waiting.popleft():
+                    if failures:
+                        return
+                    try:
+                        await self._handle_or_skip(record)
+                    except Exception as exc:
+                        failures.append(exc)
+                        return
+                    handled.add((record.tp, record.offset))
+
+        async with asyncio.TaskGroup() as drivers:
+            for _ in range(min(self._concurrency, len(lanes))):
+                drivers.create_task(drive())
+        blocked: set[TopicPartition] = set()
+        for record in records:
+            if record.tp in blocked:
+                continue
+            if (record.tp, record.offset) in handled:
+                self._processed[record.tp] = record.offset + 1
+            else:
+                blocked.add(record.tp)
+        if failures:
+            raise failures[0]
+
+    async def _handle_or_skip(self, record: Record) -> None:
+        if self._skip is None or not self._skip(record):
+            await self._handle_one(record)
 
     async def _on_revoke(self, revoked: set[TopicPartition]) -> None:
         # Whatever was handled must be committed before another member takes over.

@@ -1,7 +1,8 @@
 """A worker: runs the jobs the hub assigns to its cluster and reports their status.
 
 Every change to a run (an assignment, a suspension, a pod observation, a timer) happens under
-one lock, so the backend calls that carry out one decision never interleave with another's.
+its job's lock, so the backend calls that carry out one decision never interleave with another
+of the same job's, while different jobs go on at once; a sweep holds every job's lock.
 A transient refusal of the cluster (its apiserver unreachable) never ends the worker: the work
 it interrupted is tried again with backoff, and heartbeats pause until capacity can be read.
 """
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -28,7 +28,7 @@ from bus.aiotasks import TaskOwner
 from bus.base import Bus, Record
 from bus.events import EventConsumer, events_to_end, publish_event
 from bus.topics import Topics
-from schemas.cluster import ClusterPolicy, ClusterSnapshot
+from schemas.cluster import ClusterSnapshot
 from schemas.events import (
     CloudEvent,
     EventType,
@@ -41,11 +41,17 @@ from schemas.events import (
     make_event,
 )
 from schemas.job_parsing import parse_job
-from workers.backends.base import Backend, BackendError, Capacity, PodObservation
+from workers.backends.base import Backend, BackendError, PodObservation
+from workers.capacity_reports import CapacityReports
+from workers.job_locks import JobLocks
 from workers.job_run import Decision, JobRun
 from workers.log_requests import LogRequests
 from workers.metrics import worker_metrics
+from workers.observation_lanes import ObservationLanes
 from workers.rendering import PodPlan, render_job
+from workers.worker_config import WorkerConfig
+
+__all__ = ["UNSCHEDULABLE_REASON", "Worker", "WorkerConfig"]
 
 log = logging.getLogger(__name__)
 
@@ -53,17 +59,16 @@ UNSCHEDULABLE_REASON = "Unschedulable"
 _POLL_TIMEOUT = 0.5
 _STOP_GRACE = 30.0
 """How long a stopping worker lets the assignments it is handling finish."""
-_CREATE_CONCURRENCY = 16
+_JOB_CONCURRENCY = 8
+"""Jobs whose assignments are carried out at once (each job's events stay in order)."""
+_CREATE_CONCURRENCY = 32
+"""Pods (each with its Service) being created at once, over every job of the cluster."""
 _RETRY_FIRST = 0.2
 _RETRY_MAX = 5.0
 """Bounds of the pause before work that a transient refusal interrupted is tried again."""
 _ADOPT_ATTEMPTS = 5
 """Tries of the adoption pass before the worker gives up starting (its Deployment restarts
 it): running without that pass could leak the pods of jobs revoked while it was away."""
-_OVERDUE_INTERVALS = 3
-_OVERDUE_SLACK = 2.0
-_SWEEP_ROUNDS = 2
-"""Sweeps one heartbeat may make before a capacity read comes back in time to report it."""
 
 
 def is_transient(error: BaseException) -> bool:
@@ -73,45 +78,6 @@ def is_transient(error: BaseException) -> bool:
 def retry_wait(failures: int) -> float:
     """Seconds to wait after the `failures`-th failure in a row: doubling, bounded."""
     return min(_RETRY_MAX, _RETRY_FIRST * 2.0 ** min(max(failures - 1, 0), 10))
-
-
-class StaleCapacity(BackendError):
-    """Capacity reads kept coming back later than a heartbeat may be late: none is reported
-    (the hub may have moved jobs meanwhile, so the numbers may count them)."""
-
-    transient = True
-
-
-@dataclass
-class WorkerConfig:
-    cluster: str
-    heartbeat_interval: float = 5.0
-    labels: dict[str, str] | None = None
-    namespaces: list[str] | None = None
-    unschedulable_timeout: float = 120.0
-    """Seconds a job's pods may stay unschedulable before the job is handed back."""
-    weight: float | None = None
-    """The operator's static preference for this cluster, 0..100 (cluster-weight score)."""
-    cost: float | None = None
-    """Relative price of running here (cost score: cheaper scores higher)."""
-    policy: ClusterPolicy = field(default_factory=ClusterPolicy)
-    """What pods may ask of this cluster's nodes (privileged, hostPath, ...)."""
-    overdue_after: float | None = None
-    """Seconds after the last reported capacity read past which the hub may have taken this
-    cluster's jobs away (a failed heartbeat counts too): the worker then deletes the jobs no
-    longer assigned here before it reports again. Default: three heartbeat intervals, and at
-    least one interval plus two seconds; keep it below the hub's `max_heartbeat_age`."""
-
-    @property
-    def source(self) -> str:
-        return f"trainhub/worker/{self.cluster}"
-
-    @property
-    def heartbeat_overdue_after(self) -> float:
-        if self.overdue_after is not None:
-            return self.overdue_after
-        interval = self.heartbeat_interval
-        return max(_OVERDUE_INTERVALS * interval, interval + _OVERDUE_SLACK)
 
 
 @dataclass
@@ -151,12 +117,24 @@ class Worker:
         )
         self._tasks = TaskOwner(f"worker-{config.cluster}")
         self._consumer: EventConsumer | None = None
-        self._heartbeat_seq = 0
-        self._lock = asyncio.Lock()
-        self._reporting = asyncio.Lock()
-        """One capacity read and report at a time: two reads in flight could otherwise be
-        reported in the order they completed, the older picture last, and the hub would take
-        it for the newest (room that a job's pods already took)."""
+        self._locks = JobLocks()
+        self._reports = CapacityReports(
+            bus,
+            self.topics,
+            backend,
+            config,
+            self.metrics,
+            locks=self._locks,
+            sweep=self._sweep,
+        )
+        self._creates = asyncio.Semaphore(_CREATE_CONCURRENCY)
+        self._observations = ObservationLanes(
+            backend.observations,
+            self._observe,
+            locks=self._locks,
+            tasks=self._tasks,
+            cluster=config.cluster,
+        )
         self._timers: dict[str, _Timer] = {}
         self._exported: set[tuple[str, str]] = set()
         self._stopping = False
@@ -169,11 +147,6 @@ class Worker:
         """Jobs whose ConfigMaps and access objects are not all made yet."""
         self._interrupted = asyncio.Event()
         """Set when a transient refusal leaves work in `_queued` or `_unprepared`."""
-        self._in_doubt = False
-        """A heartbeat failed or came late, so the hub may have moved jobs away: sweep before
-        reporting capacity again."""
-        self._reported_at: float | None = None
-        """Monotonic time of the capacity read last reported (or of the last sweep's start)."""
 
     @property
     def cluster(self) -> str:
@@ -192,6 +165,7 @@ class Worker:
             dead_letter_topic=self.topics.dead_letters,
             component=self.config.source,
             on_dead_letter=self._count_dead_letter,
+            concurrency=_JOB_CONCURRENCY,
         )
         await self._adopt()
         await self._consumer.subscription.start()
@@ -199,8 +173,9 @@ class Worker:
         self._tasks.spawn(self._consume(self._consumer), "assignments")
         lag = {self.topics.assignments(self.cluster): self._consumer.subscription}
         self._tasks.spawn(self.metrics.lag_sampler(lag).run(), "lag")
-        self._tasks.spawn(self._observe_loop(), "observe")
-        self._tasks.spawn(self._heartbeat_loop(), "heartbeat")
+        self._tasks.spawn(self._observations.run(), "observe")
+        self._tasks.spawn(self._reports.run(), "heartbeat")
+        self._tasks.spawn(self._reports.run_asked(), "heartbeat-asked")
         self._tasks.spawn(self._unschedulable_loop(), "unschedulable")
         self._tasks.spawn(self._catch_up_loop(), "catch-up")
         log.info("worker started", extra={"cluster": self.cluster, "backend": self.backend.kind})
@@ -228,12 +203,9 @@ class Worker:
 
     async def _sweep(self) -> None:
         """Delete the objects of jobs the hub took away while this worker could not hear it,
-        and drop their runs (the lock is held)."""
-        started = time.monotonic()
+        and drop their runs (every job's lock is held)."""
         log.info("sweeping the jobs no longer assigned here", extra=self._extra())
         await self._reconcile(adopt=False)
-        self._in_doubt = False
-        self._reported_at = started
 
     async def _reconcile(self, *, adopt: bool) -> None:
         """Make the cluster agree with the assignments topic (its newest event per job): the
@@ -241,7 +213,7 @@ class Worker:
         `adopt`, jobs still assigned here whose objects exist get a run back.
 
         Adopted runs create nothing: the backend's first listing reports their pods, and status
-        continues from there. The lock is held, or nothing else runs yet."""
+        continues from there. Every job's lock is held, or nothing else runs yet."""
         try:
             existing = await self.backend.job_uids()
         except BackendError as error:
@@ -359,9 +331,9 @@ class Worker:
     # -- assignments ----------------------------------------------------------------------
 
     async def _on_assignment_event(self, event: CloudEvent, record: Record) -> None:
-        """Carry the event out; a transient refusal is tried again with backoff (the lock is
-        let go in between, so heartbeats and pods go on) until it passes or the worker stops,
-        and the event is committed only then. A refusal for good is raised."""
+        """Carry the event out; a transient refusal is tried again with backoff (the job's
+        lock is let go in between, so sweeps and its pods go on) until it passes or the worker
+        stops, and the event is committed only then. A refusal for good is raised."""
         if event.type == EventType.LOGS_REQUESTED:
             # Answered in a task of its own: reading logs never holds up assignments.
             self.log_requests.handle(event.data_as(LogsRequested))
@@ -369,8 +341,7 @@ class Worker:
         failures = 0
         while True:
             try:
-                async with self._lock:
-                    await self._apply(event)
+                await self._apply(event)
                 return
             except BackendError as error:
                 if not error.transient or self._stopping:
@@ -390,17 +361,25 @@ class Worker:
                     raise
 
     async def _apply(self, event: CloudEvent) -> None:
-        """One event of the assignments topic (the lock is held)."""
+        """One event of the assignments topic, under its job's lock."""
+        data: JobAssigned | JobRevoked | JobRef
         if event.type == EventType.JOB_ASSIGNED:
-            await self._start_job(event.data_as(JobAssigned))
+            data = event.data_as(JobAssigned)
         elif event.type == EventType.JOB_REVOKED:
-            await self._revoke(event.data_as(JobRevoked))
-        elif event.type == EventType.JOB_SUSPENDED:
-            await self._suspend(event.data_as(JobRef))
-        elif event.type == EventType.JOB_RESUMED:
-            await self._resume(event.data_as(JobRef))
+            data = event.data_as(JobRevoked)
+        elif event.type in (EventType.JOB_SUSPENDED, EventType.JOB_RESUMED):
+            data = event.data_as(JobRef)
         else:
             raise ValueError(f"unexpected event type {event.type!r} on an assignments topic")
+        async with self._locks.job(data.uid):
+            if isinstance(data, JobAssigned):
+                await self._start_job(data)
+            elif isinstance(data, JobRevoked):
+                await self._revoke(data)
+            elif event.type == EventType.JOB_SUSPENDED:
+                await self._suspend(data)
+            else:
+                await self._resume(data)
 
     async def _start_job(self, assigned: JobAssigned) -> None:
         known = self.runs.get(assigned.uid)
@@ -466,7 +445,7 @@ class Worker:
             return
         await self._decide(run, run.suspend())
         if run.suspended:
-            await self._report_soon()  # its capacity is free now
+            self._reports.report_soon()  # its capacity is free now
 
     async def _resume(self, ref: JobRef) -> None:
         run = self.runs.get(ref.uid)
@@ -474,41 +453,16 @@ class Worker:
             log.info("resume for a job not on this cluster ignored", extra=self._extra(ref.uid))
             return
         # Observations of the pods the suspension deleted must not land on their successors.
-        await self._drain_observations()
+        await self._observations.drain(ref.uid)
         await self._decide(run, run.resume())
 
     # -- pods -----------------------------------------------------------------------------
 
-    async def _observe_loop(self) -> None:
-        while True:
-            observation = await self.backend.observations.get()
-            try:
-                await self.on_observation(observation)
-            except BackendError as error:
-                if not error.transient:
-                    raise
-                # What the observation decided stays queued: the catch-up loop retries it.
-                log.warning(
-                    "pod %s: not carried out yet: %s",
-                    observation.name,
-                    error,
-                    extra=self._extra(observation.job_uid),
-                )
-
-    async def on_observation(self, obs: PodObservation) -> None:
-        async with self._lock:
-            await self._observe(obs)
-
     async def _observe(self, obs: PodObservation) -> None:
+        """One observation of a job's pod (its lock is held; see `ObservationLanes`)."""
         run = self.runs.get(obs.job_uid)
         if run is not None:
             await self._decide(run, run.observe(obs))
-
-    async def _drain_observations(self) -> None:
-        """Handle the observations queued so far, here and now (the lock is held)."""
-        queue = self.backend.observations
-        for _ in range(queue.qsize()):
-            await self._observe(queue.get_nowait())
 
     async def _decide(self, run: JobRun, decision: Decision) -> None:
         """Carry a decision out, after whatever of the run's earlier ones a transient refusal
@@ -518,7 +472,7 @@ class Worker:
 
     async def _catch_up(self, run: JobRun) -> None:
         """Make the run's missing ConfigMaps and access objects, then carry out its queued
-        decisions in order (the lock is held). A cluster that refuses for good fails the job; a
+        decisions in order (its lock is held). A cluster that refuses for good fails the job; a
         transient refusal leaves the rest queued, for the event's retry, the run's next
         decision or the catch-up loop, and is raised."""
         uid = run.job.uid
@@ -551,8 +505,8 @@ class Worker:
                 failures += 1
                 await asyncio.sleep(retry_wait(failures))
                 try:
-                    async with self._lock:
-                        for uid in sorted(self._queued.keys() | self._unprepared):
+                    for uid in sorted(self._queued.keys() | self._unprepared):
+                        async with self._locks.job(uid):
                             run = self.runs.get(uid)
                             if run is None:
                                 self._queued.pop(uid, None)
@@ -584,27 +538,24 @@ class Worker:
         await self._after(run, decision)
 
     async def _create_pods(self, run: JobRun, pods: list[PodPlan]) -> None:
-        """Create a job's pods concurrently (an apiserver round trip each), a bounded number
-        at a time, taking each one made off `pods`; the first failure is raised once every
-        create has settled."""
-        limit = asyncio.Semaphore(_CREATE_CONCURRENCY)
-
-        async def create(pod: PodPlan) -> None:
-            async with limit:
-                await self._create_pod(run, pod)
-
-        results = await asyncio.gather(*(create(p) for p in pods), return_exceptions=True)
+        """Create a job's pods concurrently (see `_create_pod`), taking each one made off
+        `pods`; the first failure is raised once every create has settled."""
+        results = await asyncio.gather(
+            *(self._create_pod(run, p) for p in pods), return_exceptions=True
+        )
         pods[:] = [pod for pod, result in zip(pods, results, strict=True) if result is not None]
         for result in results:
             if isinstance(result, BaseException):
                 raise result
 
     async def _create_pod(self, run: JobRun, pod: PodPlan) -> None:
-        """The pod and its Service (deleting a pod takes its Service along)."""
+        """The pod and its Service (deleting a pod takes its Service along), a bounded number
+        at a time over every job (an apiserver round trip each)."""
         service = next((s for s in run.rendered.services if s.name == pod.name), None)
-        if service is not None:
-            await self.backend.create_service(run.job.uid, service)
-        await self.backend.create_pod(run.job.uid, pod)
+        async with self._creates:
+            if service is not None:
+                await self.backend.create_service(run.job.uid, service)
+            await self.backend.create_pod(run.job.uid, pod)
         self.metrics.pods_created.labels(self.cluster).inc()
 
     async def _after(self, run: JobRun, decision: Decision) -> None:
@@ -616,7 +567,7 @@ class Worker:
         self._arm(run)
         if decision.finished:
             # Freed capacity should reach the hub now, not at the next periodic heartbeat.
-            await self._report_soon()
+            self._reports.report_soon()
 
     # -- timers: activeDeadlineSeconds while active, ttlSecondsAfterFinished after --------
 
@@ -659,8 +610,8 @@ class Worker:
                 await asyncio.sleep(wait)
 
     async def _fire(self, run: JobRun) -> None:
-        async with self._lock:
-            uid = run.job.uid
+        uid = run.job.uid
+        async with self._locks.job(uid):
             timer = self._timers.get(uid)
             if timer is not None and timer.task is asyncio.current_task():
                 del self._timers[uid]
@@ -731,17 +682,6 @@ class Worker:
 
     # -- heartbeats -----------------------------------------------------------------------
 
-    async def _heartbeat_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.heartbeat_interval)
-            try:
-                await self.heartbeat()
-            except BackendError as error:
-                if not error.transient:
-                    raise  # e.g. the identity may not list nodes: a misconfiguration
-                # Silence is the report: if it lasts, the hub marks the cluster lost.
-                log.warning("no heartbeat: %s", error, extra=self._extra())
-
     async def _unschedulable_loop(self) -> None:
         period = max(0.1, min(5.0, self.config.unschedulable_timeout / 4))
         while True:
@@ -767,9 +707,12 @@ class Worker:
                 )
 
     async def hand_back(self, run: JobRun, reason: str) -> None:
-        """Delete the job here and ask the hub to place it on another cluster."""
-        async with self._lock:
-            uid = run.job.uid
+        """Delete the job here and ask the hub to place it on another cluster (unless the run
+        is gone or replaced by the time its lock is had)."""
+        uid = run.job.uid
+        async with self._locks.job(uid):
+            if self.runs.get(uid) is not run:
+                return
             await self.backend.delete_job(uid)
             self._forget(run)
             back = JobHandedBack(uid=uid, cluster=self.cluster, attempt=run.attempt, reason=reason)
@@ -778,85 +721,6 @@ class Worker:
             log.warning("handed back: %s", reason, extra=self._extra(uid))
 
     async def heartbeat(self) -> ClusterSnapshot:
-        """Read the capacity and report it. After a heartbeat that failed or came late the hub
-        may have moved jobs away (and revoked them here): those are deleted first, under the
-        lock, and the capacity read again, so that no report lists a job running elsewhere."""
-        async with self._reporting:
-            capacity, read_at = await self._read_capacity()
-            if self._in_doubt:
-                async with self._lock:
-                    capacity, read_at = await self._swept_capacity()
-            return await self._report(capacity, read_at)
-
-    async def _report_soon(self) -> None:
-        """Report freed capacity now rather than at the next periodic heartbeat (the lock is
-        held). Skipped while in doubt (the periodic heartbeat sweeps first) and on a refusal
-        (the periodic heartbeat reports it)."""
-        if self._in_doubt or self._reporting.locked():
-            # A report is under way; it cannot wait for it here (that one may want the lock
-            # held now), and the next periodic heartbeat shows the freed room anyway.
-            return
-        async with self._reporting:
-            try:
-                capacity, read_at = await self._read_capacity()
-            except BackendError as error:
-                log.warning("no heartbeat now: %s", error, extra=self._extra())
-                return
-            if not self._in_doubt:
-                await self._report(capacity, read_at)
-
-    async def _read_capacity(self) -> tuple[Capacity, float]:
-        """The capacity and the monotonic time it was read; a failed read, or one that comes
-        back later than a heartbeat may be late, puts the worker in doubt."""
-        try:
-            capacity = await self.backend.capacity()
-        except BackendError:
-            self._in_doubt = True
-            raise
-        read_at = time.monotonic()
-        overdue = self.config.heartbeat_overdue_after
-        if self._reported_at is not None and read_at - self._reported_at > overdue:
-            if not self._in_doubt:
-                log.warning(
-                    "capacity read %.1fs after the last one reported: sweeping before reporting",
-                    read_at - self._reported_at,
-                    extra=self._extra(),
-                )
-            self._in_doubt = True
-        return capacity, read_at
-
-    async def _swept_capacity(self) -> tuple[Capacity, float]:
-        """Sweep, then read the capacity again (the lock is held)."""
-        for _ in range(_SWEEP_ROUNDS):
-            if self._in_doubt:
-                await self._sweep()
-            capacity, read_at = await self._read_capacity()
-            if not self._in_doubt:
-                return capacity, read_at
-        raise StaleCapacity(
-            f"capacity reads keep taking over {self.config.heartbeat_overdue_after:.1f}s"
-        )
-
-    async def _report(self, capacity: Capacity, read_at: float) -> ClusterSnapshot:
-        self._heartbeat_seq += 1
-        snapshot = ClusterSnapshot(
-            name=self.cluster,
-            healthy=True,
-            observedAt=datetime.now(UTC),
-            nodes=capacity.nodes,
-            labels=self.config.labels or {},
-            namespaces=self.config.namespaces,
-            backend=self.backend.kind,
-            sequence=self._heartbeat_seq,
-            jobs=sorted(capacity.jobs),
-            policy=self.config.policy,
-            weight=self.config.weight,
-            cost=self.config.cost,
-        )
-        event = make_event(EventType.CLUSTER_HEARTBEAT, self.config.source, self.cluster, snapshot)
-        await publish_event(self.bus, self.topics.clusters, self.cluster, event)
-        self._reported_at = read_at
-        self.metrics.heartbeats.labels(self.cluster).inc()
-        for resource in {r for n in snapshot.nodes for r in n.allocatable}:
-            self.metrics.free.labels(self.cluster, resource).set(float(snapshot.free(resource)))
-        return snapshot
+        """Read the capacity and report it; after a heartbeat that failed or came late, the
+        jobs the hub may have moved away are deleted first (see `CapacityReports`)."""
+        return await self._reports.heartbeat()

@@ -152,3 +152,57 @@ async def test_a_restarted_hub_keeps_the_reservation_of_a_job_no_heartbeat_count
         assert second.ledger.get(late).phase == JobPhase.QUEUED  # type: ignore[union-attr]
     finally:
         await second.stop()
+
+
+async def _statuses_of_a_backlog(max_pass_wait: float, jobs: int) -> list[tuple[str, JobPhase]]:
+    """Submit `jobs` before the hub starts (its jobs consumer gets them as one batch) and
+    return the statuses it published, in order."""
+    bus = MemoryBus()
+    await bus.start()
+    topics = Topics(prefix="backlog")
+    await bus.create_topics(topics.shared_specs())
+    snapshot = cluster("east", node("n1", cpu="64", memory="256Gi", pods="110"))
+    heartbeat = make_event(EventType.CLUSTER_HEARTBEAT, "test", "east", snapshot)
+    await publish_event(bus, topics.clusters, "east", heartbeat)
+    uids = [
+        await submit_document(bus, topics, jax_job(f"b-{i}", cpu="100m", memory="64Mi"))
+        for i in range(jobs)
+    ]
+    hub = Hub(bus, topics, HubConfig(schedule_interval=30, max_pass_wait=max_pass_wait))
+    await hub.start()
+    try:
+        await until(lambda: hub.ledger.count(JobPhase.ASSIGNED) == len(uids))
+        await bus.flush()
+    finally:
+        await hub.stop()
+    return [
+        (u.uid, u.phase)
+        async for u in (e.data_as(JobStatusUpdate) async for e in events_to_end(bus, topics.status))
+    ]
+
+
+def _runs(phases: list[JobPhase], phase: JobPhase) -> list[int]:
+    """Lengths of the runs of `phase` in `phases` (Queued runs: jobs admitted in a row)."""
+    marks = "".join("x" if p == phase else "." for p in phases)
+    return [len(run) for run in marks.split(".") if run]
+
+
+async def test_a_backlog_is_placed_while_it_is_admitted() -> None:
+    """A busy jobs consumer must not hold every placement until the whole backlog is
+    admitted: passes come between admissions, not only after the batch."""
+    statuses = await _statuses_of_a_backlog(max_pass_wait=0.0, jobs=40)
+    phases = [phase for _, phase in statuses]
+    assert sorted(phases) == sorted([JobPhase.QUEUED, JobPhase.ASSIGNED] * 40)
+    # The first placement comes right after the first admission, and more passes follow
+    # while the rest is admitted (each waits only as long as the last pass took).
+    assert phases[:2] == [JobPhase.QUEUED, JobPhase.ASSIGNED], statuses
+    assert len(_runs(phases, JobPhase.ASSIGNED)) >= 3, statuses
+
+
+async def test_passes_wait_for_admission_within_the_allowed_wait() -> None:
+    """With a long allowed wait, jobs of one batch are admitted one after another, and
+    placed by a pass after them (what keeps throughput up under load)."""
+    statuses = await _statuses_of_a_backlog(max_pass_wait=60.0, jobs=12)
+    phases = [phase for _, phase in statuses]
+    assert sorted(phases) == sorted([JobPhase.QUEUED, JobPhase.ASSIGNED] * 12)
+    assert max(_runs(phases, JobPhase.QUEUED)) > 1, statuses

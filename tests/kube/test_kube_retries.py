@@ -258,3 +258,39 @@ async def test_an_unknown_context_is_a_clear_error(tmp_path: Path) -> None:
     kubeconfig = _kubeconfig(tmp_path / "kubeconfig", 1)
     with pytest.raises(KubeError, match=r"cannot load context 'elsewhere' from kubeconfig"):
         await connect(kubeconfig, "elsewhere")
+
+
+async def test_a_proxy_from_the_environment_is_looked_up_once_and_used(
+    tmp_path: Path, server: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The apiserver's name resolves nowhere: only the proxy (the scripted server) can answer.
+    config = yaml.safe_load(_kubeconfig(tmp_path / "kubeconfig", server.port).read_text())
+    config["clusters"][0]["cluster"]["server"] = "http://apiserver.invalid:6443"
+    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(config))
+    monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{server.port}")
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    client, identity = await connect(tmp_path / "kubeconfig", "scripted")
+    api = KubeApi(client, cluster="scripted", identity=identity, retry=_FAST)
+    try:
+        rest = client.rest_client
+        assert rest.proxy == f"http://127.0.0.1:{server.port}"
+        assert rest.pool_manager.trust_env is False  # no lookup per request
+        await _create_pod(api)
+        assert server.requests == 1
+    finally:
+        await api.close()
+
+
+async def test_no_proxy_for_an_apiserver_that_no_proxy_names(
+    tmp_path: Path, server: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("http_proxy", "http://proxy.invalid:3128")
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    api = await _api(tmp_path, server.port)
+    try:
+        assert not api.api_client.rest_client.proxy
+        await _create_pod(api)
+        assert server.requests == 1
+    finally:
+        await api.close()

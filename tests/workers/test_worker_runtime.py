@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -440,6 +441,103 @@ async def test_every_restart_policy_counts_against_the_backoff_limit(restart_pol
         await h.until_phase(uid, JobPhase.FAILED)
         assert h.phases(uid).count(JobPhase.RESTARTING) == 3
         assert h.worker.runs[uid].restarts == 4
+
+
+class SlowCreatesSim(SimBackend):
+    """Pod creates that take `delay` each, noting how many jobs have one in flight at once."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__(parse_cluster_spec(f"{CLUSTER}:cpu=8,memory=16Gi").pool())
+        self.delay = delay
+        self.in_flight: Counter[str] = Counter()
+        self.most_jobs = 0
+
+    async def create_pod(self, job_uid: str, pod: PodPlan) -> None:
+        self.in_flight[job_uid] += 1
+        self.most_jobs = max(self.most_jobs, len(+self.in_flight))
+        try:
+            await asyncio.sleep(self.delay)
+            await super().create_pod(job_uid, pod)
+        finally:
+            self.in_flight[job_uid] -= 1
+
+
+async def test_different_jobs_are_created_at_once() -> None:
+    backend = SlowCreatesSim(delay=0.5)
+    async with running(backend) as h:
+        await h.bus.create_topics([h.topics.assignment_spec(CLUSTER)])
+        jobs = [jax(f"job{i}", workers=2, duration="0.1s") for i in range(3)]
+        # All three in one batch of the assignments topic (nothing polls in between).
+        uids = await asyncio.gather(*(h.assign(job) for job in jobs))
+        for uid in uids:
+            await h.until_phase(uid, JobPhase.SUCCEEDED)
+        assert backend.most_jobs == 3
+        await h.until(lambda: h.committed() == 3)
+        for uid in uids:
+            assert h.phases(uid) == [JobPhase.CREATED, JobPhase.RUNNING, JobPhase.SUCCEEDED]
+
+
+async def test_one_jobs_events_stay_in_order_while_others_go_on() -> None:
+    backend = RecordingSim(delay=0.2)
+    async with running(backend) as h:
+        slow = await h.assign(jax("slow", workers=2, duration="30s"))
+        await h.request(EventType.JOB_SUSPENDED, slow)
+        other = await h.assign(jax("other", workers=1, duration="0.1s"))
+        await h.until_phase(slow, JobPhase.SUSPENDED)
+        await h.until_phase(other, JobPhase.SUCCEEDED)
+        # The suspension came after the creates of its job, never in between; the other
+        # job did not wait for either.
+        mine = [c[0] for c in backend.calls if c[1].startswith("slow-")]
+        assert sorted(mine[:4]) == ["pod", "pod", "service", "service"]
+        assert mine[4:] == ["delete", "delete"]
+        first_delete = backend.calls.index(("delete", "slow-worker-0"))
+        assert backend.calls.index(("pod", "other-worker-0")) < first_delete
+        assert await backend.job_uids() == {other}
+
+
+class StaggeredSim(SimBackend):
+    """Each pod's create takes as long as `delays` says for its name (default none)."""
+
+    def __init__(self, delays: dict[str, float]) -> None:
+        super().__init__(parse_cluster_spec(f"{CLUSTER}:cpu=8,memory=16Gi").pool())
+        self.delays = delays
+        self.created: list[str] = []
+
+    async def create_pod(self, job_uid: str, pod: PodPlan) -> None:
+        await asyncio.sleep(self.delays.get(pod.name, 0.0))
+        await super().create_pod(job_uid, pod)
+        self.created.append(pod.name)
+
+
+async def test_a_job_still_creating_holds_up_only_its_own_observations() -> None:
+    backend = StaggeredSim({"slow-worker-0": 0.1, "slow-worker-1": 3.0})
+    async with running(backend) as h:
+        await h.bus.create_topics([h.topics.assignment_spec(CLUSTER)])
+        # One batch (nothing polls in between): the two jobs are created at once.
+        slow, quick = await asyncio.gather(
+            h.assign(jax("slow", workers=2, duration="0.1s")),
+            h.assign(jax("quick", workers=1, duration="0.1s")),
+        )
+        # slow-worker-0 runs and ends while its job still holds its lock (creating worker-1);
+        # its observations wait for that, quick's do not.
+        await h.until_phase(quick, JobPhase.SUCCEEDED, timeout=2.5)
+        assert "slow-worker-0" in backend.created
+        assert "slow-worker-1" not in backend.created
+        assert JobPhase.SUCCEEDED not in h.phases(slow)
+        await h.until_phase(slow, JobPhase.SUCCEEDED, timeout=10)
+
+
+async def test_freed_room_is_reported_at_once_not_at_the_next_heartbeat() -> None:
+    backend = sim("cpu=2,memory=8Gi")
+    async with running(backend, WorkerConfig(cluster=CLUSTER, heartbeat_interval=30)) as h:
+        uid = await h.assign(jax("brief", workers=2, cpu="1", duration="0.3s"))
+        await h.until_phase(uid, JobPhase.RUNNING)
+        await h.until_phase(uid, JobPhase.SUCCEEDED)
+        # One report asked for by the finish (the first heartbeat came at start).
+        await h.until(lambda: len(h.heartbeats()) == 2, timeout=2)
+        assert h.heartbeats()[-1].free("cpu") == 2
+        await asyncio.sleep(0.3)
+        assert len(h.heartbeats()) == 2
 
 
 async def test_stop_lets_the_assignment_in_hand_finish_and_commit() -> None:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bus.aiotasks import TaskOwner
 from workers.backends.base import Backend, Capacity
@@ -42,6 +42,9 @@ from workers.rendering import (
 )
 
 log = logging.getLogger(__name__)
+
+_A = TypeVar("_A")
+_B = TypeVar("_B")
 
 MANAGED_SELECTOR = f"{LABEL_MANAGED}={OPERATOR_NAME}"
 _NOT_TERMINAL = ",".join(f"status.phase!={phase}" for phase in TERMINAL_PHASES)
@@ -251,7 +254,7 @@ class KubeBackend(Backend):
         manifest: dict[str, Any],
     ) -> None:
         try:
-            await self.api.call("create", resource, namespace, method, namespace, manifest)
+            await self.api.send("create", resource, namespace, method, namespace, manifest)
         except KubeConflict:
             log.debug(
                 "%s %s/%s exists already", resource, namespace, name, extra=self._extra(job_uid)
@@ -345,9 +348,10 @@ class KubeBackend(Backend):
     # -- capacity -------------------------------------------------------------------------
 
     async def capacity(self) -> Capacity:
-        core = self.api.core
-        nodes = await self.api.call("list", "nodes", None, core.list_node)
-        pods = await self._active_pods()
+        # Both lists at once: a heartbeat that takes long enough makes the worker sweep.
+        nodes, pods = await _both(
+            self.api.call("list", "nodes", None, self.api.core.list_node), self._active_pods()
+        )
         snapshots, jobs = node_snapshots(nodes.get("items") or [], pods)
         return Capacity(snapshots, jobs)
 
@@ -389,12 +393,17 @@ class KubeBackend(Backend):
         return pods
 
     async def job_uids(self) -> set[str]:
-        objects = [
-            obj
-            for resource in _JOB_RESOURCES
-            for obj in await self._list_ours(resource, MANAGED_SELECTOR)
-        ]
-        return {uid for uid in map(job_uid_of, objects) if uid is not None}
+        # Every kind at once: a sweep holds up every job's work while it runs.
+        listed = await asyncio.gather(
+            *(self._list_ours(resource, MANAGED_SELECTOR) for resource in _JOB_RESOURCES),
+            return_exceptions=True,
+        )
+        uids: set[str] = set()
+        for objects in listed:
+            if isinstance(objects, BaseException):
+                raise objects
+            uids.update(uid for uid in map(job_uid_of, objects) if uid is not None)
+        return uids
 
     async def pod_logs(self, job_uid: str, name: str) -> str:
         known = self._known.get((job_uid, name))
@@ -415,3 +424,14 @@ class KubeBackend(Backend):
             )
         except KubeError as error:
             return f"[kube] no logs for {namespace}/{name} on {self.cluster}: {error}\n"
+
+
+async def _both(first: Coroutine[Any, Any, _A], second: Coroutine[Any, Any, _B]) -> tuple[_A, _B]:
+    """Await two requests at once; the first failure is raised once both have settled (none
+    is left running)."""
+    a, b = await asyncio.gather(first, second, return_exceptions=True)
+    if isinstance(a, BaseException):
+        raise a
+    if isinstance(b, BaseException):
+        raise b
+    return a, b

@@ -6,31 +6,30 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import re
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
+from aiohttp.helpers import get_env_proxy_for_url
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception_type,
-    stop_after_attempt,
-    wait_exponential,
-    wait_random,
-)
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
+from yarl import URL
 
 from workers.backends.base import BackendError
 from workers.metrics import KUBE_API, KubeApiMetrics
 
 log = logging.getLogger(__name__)
+
+_Answer = TypeVar("_Answer")
 
 # The apiserver names the authenticated user in its 403 messages: `User "x" cannot ...`.
 _USER_IN_MESSAGE = re.compile(r'User "([^"]+)"')
@@ -108,7 +107,57 @@ async def connect(kubeconfig: Path, context: str | None) -> tuple[Any, str]:
         raise KubeError(f"cannot load {which} from kubeconfig {kubeconfig}: {exc}") from exc
     current = loader.current_context or {}
     user = str(current.get("context", {}).get("user") or "this worker's identity")
-    return k8s.ApiClient(configuration), user
+    api_client = k8s.ApiClient(configuration)
+    try:
+        await _look_up_environment_once(api_client.rest_client, configuration)
+    except BaseException:
+        await api_client.close()
+        raise
+    return api_client, user
+
+
+async def _look_up_environment_once(rest: Any, configuration: Any) -> None:
+    """kubernetes_asyncio's aiohttp session trusts the environment, so aiohttp looks up the
+    proxy variables and ~/.netrc again for every request, in two thread-pool round trips: a
+    cost that shows once pods are created by the hundred. For the one apiserver a client
+    talks to the answer never changes: look it up here, pass it with every request (as
+    kubernetes_asyncio does a kubeconfig's proxy-url), and give the client a session that
+    looks nothing up (built as kubernetes_asyncio builds its own)."""
+    if not rest.proxy:
+        try:
+            proxy, auth = await asyncio.to_thread(get_env_proxy_for_url, URL(configuration.host))
+        except LookupError:
+            pass  # no proxy for the apiserver (none set, or no_proxy names it)
+        else:
+            rest.proxy = str(proxy)
+            if auth is not None:
+                rest.proxy_headers = {
+                    **(rest.proxy_headers or {}),
+                    "Proxy-Authorization": auth.encode(),
+                }
+    context = await asyncio.to_thread(_ssl_context, configuration)
+    trusting = rest.pool_manager
+    rest.pool_manager = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=configuration.connection_pool_maxsize, ssl=context),
+        trust_env=False,
+        # As kubernetes_asyncio: watch events of large objects outgrow aiohttp's default.
+        read_bufsize=2**21,
+    )
+    await trusting.close()
+
+
+def _ssl_context(configuration: Any) -> ssl.SSLContext:
+    """The TLS settings of a kubeconfig context, as kubernetes_asyncio's RESTClientObject
+    makes them (reads the CA and client certificate files)."""
+    context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
+    if configuration.cert_file:
+        context.load_cert_chain(configuration.cert_file, keyfile=configuration.key_file)
+    if not configuration.verify_ssl:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if configuration.disable_strict_ssl_verification:
+        context.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    return context
 
 
 def retry_after_seconds(value: str | None) -> float | None:
@@ -194,10 +243,6 @@ class KubeApi:
         self.cluster = cluster
         self.identity = identity
         self.retry = retry or RetryPolicy()
-        # Exponential from initial_wait up to max_wait, with up to initial_wait of jitter.
-        self._backoff = wait_exponential(
-            multiplier=self.retry.initial_wait, max=self.retry.max_wait
-        ) + wait_random(0, self.retry.initial_wait)
         self.requests = 0
         """Requests sent, retries included (benchmarks report API requests per job)."""
         self.retries = 0
@@ -219,17 +264,64 @@ class KubeApi:
         **kwargs: Any,
     ) -> dict[str, Any]:
         """Call an API method; return its JSON body or raise a KubeError."""
+        return await self._retried(self.once, verb, resource, namespace, method, *args, **kwargs)
+
+    async def send(
+        self,
+        verb: str,
+        resource: str,
+        namespace: str | None,
+        method: Callable[..., Awaitable[Any]],
+        *args: Any,
+        **kwargs: Any,
+    ) -> None:
+        """Like `call`, for requests whose answer is not needed (creates): its body is read
+        but not decoded (a pod comes back whole, and decoding it costs more than sending)."""
+        await self._retried(self._body, verb, resource, namespace, method, *args, **kwargs)
+
+    async def _retried(
+        self,
+        request: Callable[..., Awaitable[_Answer]],
+        verb: str,
+        resource: str,
+        namespace: str | None,
+        method: Callable[..., Awaitable[Any]],
+        *args: Any,
+        **kwargs: Any,
+    ) -> _Answer:
+        """`request`, tried again after a KubeUnavailable up to `retry.attempts` in all."""
+        try:
+            # Tried once bare first: every create goes through here, and building a retrier
+            # per request cost more than the request's own work in this process.
+            return await request(verb, resource, namespace, method, *args, **kwargs)
+        except KubeUnavailable as error:
+            if self.retry.attempts <= 1:
+                raise
+            first = error
+        self._note_retry(first, 1, wait := self._wait(first, 1))
+        await asyncio.sleep(wait)
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.retry.attempts),
-            wait=self._wait,
+            stop=stop_after_attempt(self.retry.attempts - 1),
+            wait=self._tenacity_wait,
             retry=retry_if_exception_type(KubeUnavailable),
             before_sleep=self._before_sleep,
             reraise=True,
         )
         async for attempt in retrying:
             with attempt:
-                return await self.once(verb, resource, namespace, method, *args, **kwargs)
+                return await request(verb, resource, namespace, method, *args, **kwargs)
         raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover
+
+    def _tenacity_wait(self, state: RetryCallState) -> float:
+        error = state.outcome.exception() if state.outcome is not None else None
+        assert isinstance(error, KubeUnavailable)
+        return self._wait(error, state.attempt_number + 1)
+
+    def _before_sleep(self, state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        assert isinstance(error, KubeUnavailable)
+        wait = state.next_action.sleep if state.next_action is not None else 0.0
+        self._note_retry(error, state.attempt_number + 1, wait)
 
     async def once(
         self,
@@ -354,21 +446,22 @@ class KubeApi:
         detail = str(exc) or type(exc).__name__
         return KubeUnavailable(f"{verb} {_target(resource, namespace)}: {detail}")
 
-    def _wait(self, state: RetryCallState) -> float:
-        error = state.outcome.exception() if state.outcome is not None else None
-        if isinstance(error, KubeUnavailable) and error.retry_after is not None:
+    def _wait(self, error: KubeUnavailable, attempt: int) -> float:
+        """The pause after the `attempt`-th failure: what Retry-After asks (bounded), else
+        exponential from initial_wait up to max_wait, with up to initial_wait of jitter."""
+        if error.retry_after is not None:
             return min(error.retry_after, self.retry.max_retry_after)
-        return float(self._backoff(state))
+        policy = self.retry
+        backoff = min(policy.max_wait, policy.initial_wait * 2.0 ** min(attempt - 1, 30))
+        return backoff + random.uniform(0, policy.initial_wait)
 
-    def _before_sleep(self, state: RetryCallState) -> None:
+    def _note_retry(self, error: KubeUnavailable, attempt: int, wait: float) -> None:
         self.retries += 1
         self.metrics.retries.labels(self.cluster).inc()
-        error = state.outcome.exception() if state.outcome is not None else None
-        wait = state.next_action.sleep if state.next_action is not None else 0.0
         log.warning(
             "retrying in %.2fs (attempt %d): %s",
             wait,
-            state.attempt_number,
+            attempt,
             error,
             extra={"cluster": self.cluster},
         )

@@ -1,0 +1,161 @@
+"""An event consumer with `concurrency`: different keys' records are handled at once, each
+key's in order, and offsets are committed only once every effect below them is durable."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+
+import pytest
+
+from bus.base import Record, TopicPartition, TopicSpec
+from bus.events import EventConsumer, EventHandler, publish_event
+from bus.memory import MemoryBus, partition_for
+from schemas.events import CloudEvent, EventType, JobRef, make_event
+
+TOPIC = "t"
+GROUP = "g"
+
+
+class FlushRecordingBus(MemoryBus):
+    """Notes, at each flush, the offsets the group had committed so far."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.committed_at_flush: list[dict[TopicPartition, int]] = []
+
+    async def flush(self) -> None:
+        self.committed_at_flush.append(self.committed(GROUP))
+
+
+async def _bus(partitions: int) -> FlushRecordingBus:
+    bus = FlushRecordingBus()
+    await bus.start()
+    await bus.create_topics([TopicSpec(TOPIC, partitions=partitions), TopicSpec("dlq")])
+    return bus
+
+
+async def _send(bus: MemoryBus, key: str, n: int) -> None:
+    event = make_event(EventType.JOB_SUSPENDED, "test", key, JobRef(uid=f"{key}{n}"))
+    await publish_event(bus, TOPIC, key, event)
+
+
+async def _batch(consumer: EventConsumer, count: int) -> list[Record]:
+    records = await consumer.subscription.poll(timeout=1, max_records=1000)
+    assert len(records) == count
+    return records
+
+
+def _consumer(bus: MemoryBus, handler: EventHandler, concurrency: int) -> EventConsumer:
+    return EventConsumer(
+        bus,
+        [TOPIC],
+        handler,
+        group=GROUP,
+        dead_letter_topic="dlq",
+        component="test",
+        concurrency=concurrency,
+    )
+
+
+async def test_keys_overlap_up_to_the_bound_and_each_key_keeps_its_order() -> None:
+    bus = await _bus(partitions=2)
+    keys = ["a", "b", "c", "d", "e"]
+    for n in range(4):
+        for key in keys:
+            await _send(bus, key, n)
+    handled: dict[str, list[str]] = defaultdict(list)
+    in_flight: dict[str, int] = defaultdict(int)
+    most = 0
+
+    async def handler(event: CloudEvent, record: Record) -> None:
+        nonlocal most
+        key = str(event.subject)
+        in_flight[key] += 1
+        assert in_flight[key] == 1, f"two records of {key} at once"
+        most = max(most, sum(in_flight.values()))
+        await asyncio.sleep(0.01)
+        handled[key].append(event.data["uid"])
+        in_flight[key] -= 1
+
+    consumer = _consumer(bus, handler, concurrency=3)
+    await consumer.subscription.start()
+    records = await _batch(consumer, 20)
+    await consumer.process(records)
+    assert most == 3
+    assert handled == {key: [f"{key}{n}" for n in range(4)] for key in keys}
+    ends = {r.tp: r.offset + 1 for r in records}
+    assert len(ends) == 2 and bus.committed(GROUP) == ends
+
+
+async def test_the_batch_is_committed_only_once_every_key_has_settled() -> None:
+    bus = await _bus(partitions=1)
+    for key in ("slow", "quick"):
+        await _send(bus, key, 0)
+    release, quick_done = asyncio.Event(), asyncio.Event()
+    done: list[str] = []
+
+    async def handler(event: CloudEvent, record: Record) -> None:
+        if event.subject == "slow":
+            await release.wait()
+        done.append(str(event.subject))
+        quick_done.set()
+
+    consumer = _consumer(bus, handler, concurrency=2)
+    await consumer.subscription.start()
+    processing = asyncio.create_task(consumer.process(await _batch(consumer, 2)))
+    await asyncio.wait_for(quick_done.wait(), 5)
+    await asyncio.sleep(0.05)
+    assert done == ["quick"]
+    assert bus.committed(GROUP) == {}  # the quick one is done, the offset waits for the slow
+    release.set()
+    await processing
+    assert done == ["quick", "slow"]
+    assert bus.committed_at_flush == [{}]  # flushed before the commit
+    assert bus.committed(GROUP) == {TopicPartition(TOPIC, 0): 2}
+
+
+class Crash(Exception):
+    pass
+
+
+async def test_a_failure_is_raised_as_is_and_only_the_handled_prefix_is_committed() -> None:
+    bus = await _bus(partitions=2)
+    first = next(k for k in ("k1", "k2", "k3", "k4") if partition_for(k.encode(), 2, 0) == 0)
+    second = next(k for k in ("k5", "k6", "k7", "k8") if partition_for(k.encode(), 2, 0) == 0)
+    last = next(k for k in ("k9", "k10", "k11", "k12") if partition_for(k.encode(), 2, 0) == 1)
+    # Partition 0: first/0, second/0 (fails), first/1; partition 1: last/0.
+    await _send(bus, first, 0)
+    await _send(bus, second, 0)
+    await _send(bus, first, 1)
+    await _send(bus, last, 0)
+    handled: list[str] = []
+    first_done = asyncio.Event()
+
+    async def handler(event: CloudEvent, record: Record) -> None:
+        if event.subject == second:
+            await first_done.wait()
+            raise Crash("handler died")
+        handled.append(event.data["uid"])
+        if event.data["uid"] == f"{first}1":
+            first_done.set()
+
+    consumer = _consumer(bus, handler, concurrency=2)
+    await consumer.subscription.start()
+    with pytest.raises(Crash):
+        await consumer.process(await _batch(consumer, 4))
+    assert handled == [f"{first}0", f"{first}1"]  # the third key never started
+    assert bus.committed(GROUP) == {}
+    # A member joining takes partition 1 away: the revocation commits what was handled,
+    # which in partition 0 stops before the record that failed.
+    other = bus.subscribe([TOPIC], group=GROUP)
+    await other.start()
+    assert bus.committed(GROUP) == {TopicPartition(TOPIC, 0): 1}
+
+
+def test_concurrency_below_one_is_refused() -> None:
+    async def handler(event: CloudEvent, record: Record) -> None:
+        pass
+
+    with pytest.raises(ValueError, match="concurrency must be at least 1, not 0"):
+        _consumer(MemoryBus(), handler, concurrency=0)

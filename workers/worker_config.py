@@ -1,0 +1,42 @@
+"""What a worker says about its cluster in heartbeats, and how often and how late it may."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from schemas.cluster import ClusterPolicy
+
+_OVERDUE_INTERVALS = 3
+_OVERDUE_SLACK = 2.0
+
+
+@dataclass
+class WorkerConfig:
+    cluster: str
+    heartbeat_interval: float = 5.0
+    labels: dict[str, str] | None = None
+    namespaces: list[str] | None = None
+    unschedulable_timeout: float = 120.0
+    """Seconds a job's pods may stay unschedulable before the job is handed back."""
+    weight: float | None = None
+    """The operator's static preference for this cluster, 0..100 (cluster-weight score)."""
+    cost: float | None = None
+    """Relative price of running here (cost score: cheaper scores higher)."""
+    policy: ClusterPolicy = field(default_factory=ClusterPolicy)
+    """What pods may ask of this cluster's nodes (privileged, hostPath, ...)."""
+    overdue_after: float | None = None
+    """Seconds after the last reported capacity read past which the hub may have taken this
+    cluster's jobs away (a failed heartbeat counts too): the worker then deletes the jobs no
+    longer assigned here before it reports again. Default: three heartbeat intervals, and at
+    least one interval plus two seconds; keep it below the hub's `max_heartbeat_age`."""
+
+    @property
+    def source(self) -> str:
+        return f"trainhub/worker/{self.cluster}"
+
+    @property
+    def heartbeat_overdue_after(self) -> float:
+        if self.overdue_after is not None:
+            return self.overdue_after
+        interval = self.heartbeat_interval
+        return max(_OVERDUE_INTERVALS * interval, interval + _OVERDUE_SLACK)
