@@ -8,6 +8,7 @@ errors with bounded exponential backoff, and the producer keeps undelivered reco
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -30,6 +31,7 @@ from aiokafka.errors import (
     TopicAuthorizationFailedError,
     UnsupportedSaslMechanismError,
 )
+from aiokafka.partitioner import DefaultPartitioner, murmur2
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -119,6 +121,21 @@ async def _until_back(settings: KafkaSettings, call: Callable[[], Awaitable[_T]]
     raise AssertionError("unreachable: tenacity either returns or raises")
 
 
+class _KeyHashCache:
+    """Kafka's default partitioning (murmur2 of the key, as the Java clients do, so every
+    producer puts a key on the same partition), with the hash kept per key: aiokafka's
+    murmur2 is pure Python, and a job's statuses and assignment all carry its uid."""
+
+    def __init__(self, keys: int = 65_536) -> None:
+        self._hash = functools.lru_cache(maxsize=keys)(murmur2)
+
+    def __call__(self, key: bytes | None, partitions: list[int], available: list[int]) -> int:
+        if key is None:
+            return int(DefaultPartitioner()(key, partitions, available))
+        hashed: int = self._hash(key)
+        return partitions[(hashed & 0x7FFFFFFF) % len(partitions)]
+
+
 class KafkaAuthorizationError(BusError):
     """The broker's ACLs do not allow this principal what it tried; retrying will not help."""
 
@@ -166,6 +183,7 @@ class KafkaBus(Bus):
             # A job's document makes records of a few KiB: the default 16 KiB batch sent a
             # request per handful of them, and requests, not bytes, were the cost.
             max_batch_size=_MAX_BATCH_BYTES,
+            partitioner=_KeyHashCache(),
         )
         admin = AIOKafkaAdminClient(**self.settings.client_options())
         try:

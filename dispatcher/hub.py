@@ -64,10 +64,6 @@ class HubConfig:
     """Seconds without a heartbeat after which a cluster is lost and its jobs re-dispatched."""
     exclusion_seconds: float = 300.0
     """How long a job avoids a cluster that lost it or handed it back."""
-    max_pass_wait: float = 0.005
-    """While submissions keep arriving, how long an admitted job may wait for a scheduling
-    pass: the jobs consumer steps aside for one this long after the last ended (or as long
-    as the last one took, if longer, so passes never take more than half the time)."""
 
 
 class Hub:
@@ -99,8 +95,6 @@ class Hub:
         self._outbox: list[tuple[JobRecord, str | None, int]] = []
         """Placements whose assignments wait for their Assigned statuses to be durable."""
         self._outbox_ready = asyncio.Event()
-        self._pass_due_at = 0.0
-        """When admitting jobs should next step aside for a scheduling pass (monotonic)."""
         self.metrics.track(self)
 
     # -- lifecycle --------------------------------------------------------------------
@@ -294,10 +288,6 @@ class Hub:
             with_job=True,
         )
         self._wake.set()
-        if time.monotonic() >= self._pass_due_at:
-            # A busy jobs consumer never has to wait for the broker, so the scheduling loop
-            # would run only once the whole backlog is admitted: step aside for a pass now.
-            await asyncio.sleep(0)
 
     async def _on_deleted(self, ref: JobRef) -> None:
         record = self.ledger.get(ref.uid)
@@ -523,14 +513,11 @@ class Hub:
             except TimeoutError:
                 pass
             self._wake.clear()
-            started = time.monotonic()
             await self._check_clusters()
             placed = await self.schedule_pending()
             if placed:
                 self._outbox.extend((r, r.cluster, r.attempt) for r in placed)
                 self._outbox_ready.set()
-            ended = time.monotonic()
-            self._pass_due_at = ended + max(self.config.max_pass_wait, ended - started)
 
     async def _send_assignments(self) -> None:
         """Assignments leave only once their Assigned statuses are durable: a hub that dies in
