@@ -285,6 +285,10 @@ async def run(args: argparse.Namespace, sandbox: KubeSandbox, bus: Bus) -> dict[
             cluster=name,
             heartbeat_interval=args.heartbeat_interval,
             namespaces=list(cluster.worker_namespaces),
+            # Matched to this hub, as a deployment would be (below its max_heartbeat_age):
+            # the default of three intervals made loaded workers sweep every job while this
+            # hub would wait 120 s before taking any away.
+            overdue_after=30.0,
         )
         workers[name] = Worker(bus, backend, config, topics, registry=registry)
     pods = {name: PodTimes(name) for name in sandbox.clusters}
