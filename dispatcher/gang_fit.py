@@ -150,8 +150,10 @@ def pod_slots(free: Mapping[str, Decimal], needs: tuple[tuple[str, Decimal], ...
             fit = int(have // amount)
         except (InvalidOperation, OverflowError):  # a quotient past Decimal's precision
             fit = _MANY
+        if fit > _MANY:
+            fit = _MANY
         if fit < slots:
-            slots = fit if fit < _MANY else _MANY
+            slots = fit
     return slots
 
 

@@ -20,7 +20,12 @@ _PANEL = "Connection and settings (also TRAINHUB_* variables or --config FILE)"
 def _flag(name: str) -> inspect.Parameter:
     field = TrainhubSettings.model_fields[name]
     flag_type: Any = str if name not in ("metrics_port", "partitions", "replication") else int
-    if name in ("heartbeat_interval", "max_heartbeat_age", "unschedulable_timeout"):
+    if name in (
+        "heartbeat_interval",
+        "max_heartbeat_age",
+        "unschedulable_timeout",
+        "heartbeat_overdue_after",
+    ):
         flag_type = float
     option = typer.Option(
         f"--{name.replace('_', '-')}", help=field.description, rich_help_panel=_PANEL

@@ -105,6 +105,7 @@ async def run_worker(
             cluster=cluster,
             heartbeat_interval=settings.heartbeat_interval,
             unschedulable_timeout=settings.unschedulable_timeout,
+            overdue_after=settings.heartbeat_overdue_after,
             labels=labels,
             namespaces=namespaces,
             weight=weight,

@@ -42,6 +42,13 @@ class TrainhubSettings(BaseSettings):
     max_heartbeat_age: float = Field(
         default=30.0, gt=0, description="Seconds after which a cluster's heartbeat is stale."
     )
+    heartbeat_overdue_after: float | None = Field(
+        default=None,
+        gt=0,
+        description="Worker: seconds since its last reported capacity read after which it "
+        "deletes the jobs no longer assigned to it before reporting again (default: three "
+        "heartbeat intervals; keep it below the hub's max_heartbeat_age).",
+    )
 
     placement: dict[str, Any] = Field(
         default_factory=dict,

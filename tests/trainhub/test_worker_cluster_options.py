@@ -3,6 +3,8 @@ and steer placement: from `trainhub worker` flags to the decision."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from typer.testing import CliRunner
 
@@ -13,8 +15,10 @@ from dispatcher.placement_config import PlacementConfig
 from schemas.cluster import ClusterPolicy
 from schemas.status import JobPhase
 from tests.helpers import jax_job, until
+from trainhub import processes
 from trainhub.cli import app
 from trainhub.producer import submit_document
+from trainhub.settings import load_settings
 from workers.backends.sim import SimBackend
 from workers.cluster_spec import parse_cluster_spec
 from workers.worker import Worker, WorkerConfig
@@ -105,3 +109,39 @@ async def test_heartbeats_carry_weight_cost_and_policy_and_placement_follows_the
         for worker in workers:
             await worker.stop()
         await hub.stop()
+
+
+def test_heartbeat_overdue_after_reaches_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`heartbeat_overdue_after` (flag, variable or YAML key) sets when a worker sweeps."""
+    seen: list[WorkerConfig] = []
+
+    class Built(Exception):
+        pass
+
+    def capture(
+        bus: object, backend: object, config: WorkerConfig, *rest: object, **kw: object
+    ) -> None:
+        seen.append(config)
+        raise Built
+
+    monkeypatch.setattr(processes, "Worker", capture)
+    monkeypatch.setenv("TRAINHUB_HEARTBEAT_OVERDUE_AFTER", "12.5")
+    settings = load_settings(None, bootstrap="127.0.0.1:1")
+    backend = SimBackend(parse_cluster_spec("a:cpu=4,memory=8Gi").pool())
+    with pytest.raises(Built):
+        asyncio.run(processes.run_worker(settings, backend, "a"))
+    assert seen[0].heartbeat_overdue_after == 12.5
+    # Unset, the worker keeps its own default (three heartbeat intervals).
+    monkeypatch.delenv("TRAINHUB_HEARTBEAT_OVERDUE_AFTER")
+    with pytest.raises(Built):
+        asyncio.run(
+            processes.run_worker(load_settings(None, bootstrap="127.0.0.1:1"), backend, "a")
+        )
+    assert seen[1].heartbeat_overdue_after == 3 * seen[1].heartbeat_interval
+
+
+def test_a_non_positive_overdue_time_is_refused() -> None:
+    args = ["worker", "--cluster", "a", "--backend", "sim", "--bootstrap", "127.0.0.1:1"]
+    result = CliRunner().invoke(app, [*args, "--heartbeat-overdue-after", "0"])
+    assert result.exit_code == 2, result.output
+    assert "heartbeat_overdue_after" in result.output
