@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
@@ -20,14 +19,6 @@ from schemas.events import CloudEvent, EventType, JobRef, make_event
 from tests.kafka_target import KafkaTarget
 
 pytestmark = pytest.mark.kafka
-
-
-@pytest.fixture
-async def bus(kafka_settings: KafkaSettings) -> AsyncIterator[KafkaBus]:
-    kafka = KafkaBus(kafka_settings)
-    await kafka.start()
-    yield kafka
-    await kafka.close()
 
 
 async def _drain(

@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from bus.base import TopicSpec
 from bus.kafka import KafkaBus, KafkaSubscription
-from bus.kafka_settings import KafkaSettings
 from bus.topics import Topics
 
 pytestmark = pytest.mark.kafka
-
-
-@pytest.fixture
-async def bus(kafka_settings: KafkaSettings) -> AsyncIterator[KafkaBus]:
-    kafka = KafkaBus(kafka_settings)
-    await kafka.start()
-    yield kafka
-    await kafka.close()
 
 
 async def test_a_record_written_while_seeking_by_time_is_not_skipped(
