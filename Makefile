@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PACKAGES := schemas bus dispatcher workers trainhub
 
-.PHONY: run test lint format bench bench-kafka bench-placement bench-kube clean
+.PHONY: run test lint format bench bench-kafka bench-placement bench-kube bench-memory clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,13 +30,16 @@ format: $(STAMP)
 	$(BIN)/ruff format $(PACKAGES) tests examples bench
 	$(BIN)/ruff check --fix $(PACKAGES) tests examples bench
 
-bench: bench-placement bench-kafka bench-kube
+bench: bench-placement bench-kafka bench-kube bench-memory
 
 bench-kube: $(STAMP)
 	$(BIN)/python -m bench.kube_throughput
 
 bench-kafka: $(STAMP)
 	$(BIN)/python -m bench.hub_throughput
+
+bench-memory: $(STAMP)
+	$(BIN)/python -m bench.ledger_memory
 
 bench-placement: $(STAMP)
 	$(BIN)/python -m bench.placement

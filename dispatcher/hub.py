@@ -232,14 +232,14 @@ class Hub:
         known = self.ledger.get(job.uid)
         if (
             known is not None
-            and known.job is not None
+            and known.managed_by is not None
             and known.phase != JobPhase.DELETED
-            and known.job.run_policy.managedBy != job.run_policy.managedBy
+            and known.managed_by != (job.run_policy.managedBy or "")
         ):
             raise ValueError(
                 f"runPolicy.managedBy is immutable: job {job.key} is managed by "
-                f"{known.job.run_policy.managedBy!r}, the resubmission says "
-                f"{job.run_policy.managedBy!r}"
+                f"{known.managed_by or '(unset)'}, the resubmission says "
+                f"{job.run_policy.managedBy or '(unset)'}"
             )
         if known is not None and known.submission == event.id:
             return  # the same submission delivered again
@@ -514,6 +514,7 @@ class Hub:
                 pass
             self._wake.clear()
             await self._check_clusters()
+            self.ledger.compact_finished()
             placed = await self.schedule_pending()
             if placed:
                 self._outbox.extend((r, r.cluster, r.attempt) for r in placed)

@@ -33,6 +33,9 @@ class JobRecord:
     excluded: dict[str, float] = field(default_factory=dict)
     """Clusters this job must avoid, until a monotonic time (after failing there)."""
     submission: str | None = None
+    managed_by: str | None = None
+    """The job's runPolicy.managedBy ("" when unset), kept when the job itself is let go
+    (`compact`); None when not known (a record rebuilt from statuses without the job)."""
     _document: tuple[AnyJob, dict[str, Any]] | None = field(
         default=None, init=False, repr=False, compare=False
     )
@@ -47,6 +50,15 @@ class JobRecord:
         if cached is None or cached[0] is not self.job:
             cached = self._document = (self.job, self.job.to_document())
         return cached[1]
+
+    def compact(self) -> None:
+        """Let go of what only an unfinished job needs: the parsed job and its document (about
+        10 KB), the placement decision (a score per cluster) and the exclusions. A finished job
+        is answered from its summary; the full history stays on the status topic."""
+        self.job = None
+        self._document = None
+        self.decision = None
+        self.excluded = {}
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "phase":
@@ -69,6 +81,7 @@ class JobRecord:
             namespace=job.metadata.namespace,
             kind=job.kind,
             framework=job.FRAMEWORK,
+            managed_by=job.run_policy.managedBy or "",
             queue=(
                 job.run_policy.schedulingPolicy.queue if job.run_policy.schedulingPolicy else None
             ),
@@ -82,6 +95,8 @@ class Ledger:
     def __init__(self) -> None:
         self._jobs: dict[str, JobRecord] = {}
         self._by_phase: dict[JobPhase, dict[str, JobRecord]] = {p: {} for p in JobPhase}
+        self._finished: dict[str, JobRecord] = {}
+        """Records that finished since the last `compact_finished`."""
 
     def get(self, uid: str) -> JobRecord | None:
         return self._jobs.get(uid)
@@ -94,10 +109,27 @@ class Ledger:
         self._jobs[record.uid] = record
         record._ledger = self
         self._by_phase[record.phase][record.uid] = record
+        if record.phase.finished:
+            self._finished[record.uid] = record
 
     def _moved(self, record: JobRecord, phase: JobPhase) -> None:
         self._by_phase[record.phase].pop(record.uid, None)
         self._by_phase[phase][record.uid] = record
+        if phase.finished:
+            self._finished[record.uid] = record
+
+    def compact_finished(self) -> int:
+        """Compact the records that finished since the last call and still are; returns how
+        many. Called between scheduling passes rather than on the phase change itself, so the
+        code that finishes a job can still publish its decision in the final status. Without
+        it a long-running hub would hold every job it ever ran in full."""
+        finished, self._finished = self._finished, {}
+        compacted = 0
+        for uid, record in finished.items():
+            if record.phase.finished and self._jobs.get(uid) is record:
+                record.compact()
+                compacted += 1
+        return compacted
 
     def all(self) -> list[JobRecord]:
         return list(self._jobs.values())

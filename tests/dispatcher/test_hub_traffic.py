@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from bus.dead_letters import dead_letter_reason
 from bus.events import events_to_end, publish_event
 from bus.memory import MemoryBus
 from bus.topics import Topics
 from dispatcher.hub import Hub, HubConfig
 from dispatcher.ledger import JobRecord, Ledger
 from schemas.events import EventType, JobStatusUpdate, make_event
+from schemas.job_parsing import parse_job
+from schemas.run_policy import TRAINHUB_MANAGER
 from schemas.status import JobPhase
 from tests.helpers import cluster, jax_job, node, until
 from trainhub.producer import submit_document
@@ -64,6 +67,26 @@ def test_ledger_index_follows_phase_changes_and_replacements() -> None:
     assert ledger.in_phase(JobPhase.RUNNING) == [replacement]
     assert len(ledger.all()) == 2
 
+
+
+def test_ledger_compacts_only_records_still_finished_and_still_held() -> None:
+    ledger = Ledger()
+    job = parse_job(jax_job("a"))
+    finished, replaced, resumed = (JobRecord.of(job, JobPhase.RUNNING) for _ in range(3))
+    finished.uid, replaced.uid, resumed.uid = "finished", "replaced", "resumed"
+    for record in (finished, replaced, resumed):
+        ledger.put(record)
+        record.phase = JobPhase.SUCCEEDED
+    # A deleted job submitted again is a new record under the same uid; a record can also
+    # leave a finished phase (Deleted -> Queued on resubmission) before the compaction.
+    successor = JobRecord.of(job, JobPhase.QUEUED)
+    successor.uid = "replaced"
+    ledger.put(successor)
+    resumed.phase = JobPhase.QUEUED
+    assert ledger.compact_finished() == 1
+    assert finished.job is None and finished.managed_by == TRAINHUB_MANAGER
+    assert replaced.job is not None and successor.job is not None and resumed.job is not None
+    assert ledger.compact_finished() == 0
 
 async def test_running_before_the_heartbeat_does_not_free_the_capacity_twice() -> None:
     """A worker's Running can arrive before the heartbeat that counts the job's pods: the
@@ -152,3 +175,55 @@ async def test_a_restarted_hub_keeps_the_reservation_of_a_job_no_heartbeat_count
         assert second.ledger.get(late).phase == JobPhase.QUEUED  # type: ignore[union-attr]
     finally:
         await second.stop()
+
+
+async def test_a_finished_job_is_kept_as_a_summary_and_still_refuses_resubmissions() -> None:
+    """A long-running hub must not hold every job it ever ran in full: once finished, a
+    record keeps its summary, and what it answers to resubmissions does not change."""
+    bus = MemoryBus()
+    await bus.start()
+    topics = Topics(prefix="compact")
+    hub = Hub(bus, topics, HubConfig(schedule_interval=0.05))
+    await hub.start()
+
+    async def worker_says(uid: str, phase: JobPhase, sequence: int) -> None:
+        update = JobStatusUpdate(uid=uid, phase=phase, cluster="east", attempt=1, sequence=sequence)
+        event = make_event(EventType.JOB_STATUS, "worker/east", uid, update)
+        await publish_event(bus, topics.status, uid, event)
+
+    try:
+        snapshot = cluster("east", node("n1", cpu="64", memory="256Gi", pods="110"))
+        heartbeat = make_event(EventType.CLUSTER_HEARTBEAT, "test", "east", snapshot)
+        await publish_event(bus, topics.clusters, "east", heartbeat)
+        done = await submit_document(bus, topics, jax_job("done"))
+        running = await submit_document(bus, topics, jax_job("running"))
+        await until(lambda: hub.ledger.count(JobPhase.ASSIGNED) == 2)
+        for uid in (done, running):
+            await worker_says(uid, JobPhase.RUNNING, 1)
+        await worker_says(done, JobPhase.SUCCEEDED, 2)
+        await until(lambda: (r := hub.ledger.get(done)) is not None and r.job is None)
+        record = hub.ledger.get(done)
+        assert record is not None
+        assert (record.phase, record.cluster, record.attempt) == (JobPhase.SUCCEEDED, "east", 1)
+        assert (record.name, record.namespace, record.kind) == ("done", "default", "JAXJob")
+        assert record.managed_by == TRAINHUB_MANAGER
+        assert record.decision is None and record._document is None
+        other = hub.ledger.get(running)
+        assert other is not None and other.job is not None and other.decision is not None
+        # The same job again is refused as a duplicate, and with another manager as an
+        # attempt to change runPolicy.managedBy, exactly as before the record was compacted.
+        await submit_document(bus, topics, jax_job("done"))
+        await submit_document(bus, topics, jax_job("done", managed=False))
+        await until(lambda: len(bus.records(topics.dead_letters)) == 1)
+        reason = dead_letter_reason(bus.records(topics.dead_letters)[0]) or ""
+        assert "managedBy is immutable" in reason and "trainhub.io/dispatcher" in reason
+        await bus.flush()
+    finally:
+        await hub.stop()
+    updates = [e.data_as(JobStatusUpdate) async for e in events_to_end(bus, topics.status)]
+    answers = [u for u in updates if u.uid == done and u.reason == "AlreadyExists"]
+    assert len(answers) == 1 and answers[0].phase == JobPhase.SUCCEEDED
+    # The decision was published with the placement before the record let go of it.
+    assigned = [u for u in updates if u.uid == done and u.phase == JobPhase.ASSIGNED]
+    assert assigned and assigned[0].placement is not None
+    assert assigned[0].placement.chosen == "east"

@@ -145,19 +145,30 @@ async def test_unknown_topic_is_a_clear_fatal_error(bus: KafkaBus, topics: Topic
 async def test_topics_are_created_with_their_settings(bus: KafkaBus, topics: Topics) -> None:
     await bus.create_topics(topics.shared_specs())
     await bus.create_topics(topics.shared_specs())  # idempotent
-    assert bus._admin is not None
-    described = await bus._admin.describe_configs(
-        [
-            ConfigResource(ConfigResourceType.TOPIC, topics.clusters),
-            ConfigResource(ConfigResourceType.TOPIC, topics.jobs),
-        ]
-    )
-    resources = [r for response in described for r in response.resources]
-    by_topic = {r[3]: {entry[0]: entry[1] for entry in r[4]} for r in resources}
+    by_topic = await _topic_configs(bus, [topics.clusters, topics.jobs])
     configs = by_topic[topics.clusters]
     assert by_topic[topics.jobs]["retention.ms"] == str(topics.retention_ms)
     assert by_topic[topics.jobs]["cleanup.policy"] == "delete"
     assert configs["cleanup.policy"] == "compact"
+
+
+async def _topic_configs(bus: KafkaBus, names: list[str]) -> dict[str, dict[str, str]]:
+    """Each topic's configuration as the broker describes it. A topic created a moment ago
+    may not be in the answering broker's metadata yet (KRaft propagates it asynchronously):
+    such a resource comes back with an error code and no entries, so ask again."""
+    assert bus._admin is not None
+    resources = [ConfigResource(ConfigResourceType.TOPIC, name) for name in names]
+    found: dict[str, dict[str, str]] = {}
+    errors: list[tuple[int, str]] = []
+    for _ in range(50):
+        described = await bus._admin.describe_configs(resources)
+        answers = [r for response in described for r in response.resources]
+        errors = [(r[0], r[1]) for r in answers if r[0] != 0]
+        found = {r[3]: {entry[0]: entry[1] for entry in r[4]} for r in answers if r[0] == 0}
+        if not errors and set(found) == set(names):
+            return found
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"topic configs of {names} not described after 10 s: {errors}")
 
 
 async def test_scram_right_credentials_work_and_wrong_password_fails_fast(

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import uuid
+
 import pytest
 
 from schemas.codec import decode_event, encode_event
 from schemas.errors import EventDecodeError
-from schemas.events import EventType, JobRef, make_event
+from schemas.events import CloudEvent, EventType, JobRef, make_event, new_event_id
 
 
 def test_round_trip_keeps_every_attribute() -> None:
@@ -41,3 +44,24 @@ def test_foreign_event_type_is_refused() -> None:
     headers = [(k, b"com.example.other" if k == "ce_type" else v) for k, v in headers]
     with pytest.raises(EventDecodeError, match="type"):
         decode_event(headers, body)
+
+
+def test_event_ids_are_version_4_uuids_unique_and_not_shared_with_a_forked_child() -> None:
+    ids = [new_event_id() for _ in range(100_000)]
+    assert len(set(ids)) == len(ids)
+    for text in ids[:1000]:
+        parsed = uuid.UUID(text)
+        assert (parsed.version, parsed.variant, str(parsed)) == (4, uuid.RFC_4122, text)
+    assert CloudEvent(type=EventType.JOB_STATUS, source="test").id != ids[-1]
+    reading, writing = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: report its next id and leave at once
+        os.write(writing, new_event_id().encode())
+        os._exit(0)
+    os.close(writing)
+    os.waitpid(child, 0)
+    from_child = os.read(reading, 64).decode()
+    os.close(reading)
+    # Without reseeding, the child would repeat the parent's next id.
+    assert uuid.UUID(from_child).version == 4
+    assert from_child != new_event_id()
