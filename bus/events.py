@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from bus.base import Bus, Record, StartFrom, TopicPartition
 from bus.dead_letters import dead_letter
+from bus.keyed_pipeline import KeyedPipeline
 from schemas.codec import decode_event, encode_event
 from schemas.errors import EventDecodeError
 from schemas.events import CloudEvent
@@ -84,6 +85,8 @@ class EventConsumer:
         self._on_dead_letter = on_dead_letter
         self._skip = skip
         self._processed: dict[TopicPartition, int] = {}
+        self._pipeline: KeyedPipeline | None = None
+        """While `run_by_key` runs: the records in hand."""
         self.idle = asyncio.Event()
 
     async def run(self) -> None:
@@ -98,6 +101,69 @@ class EventConsumer:
                     await self.poll_once(timeout=0.5)
         finally:
             self._committing_behind = False
+
+    async def run_by_key(self, stop: asyncio.Event, *, max_pending: int = 0) -> None:
+        """Poll and handle until `stop` is set, records as they come: up to `concurrency`
+        keys at once, each key's records in order, polling on while they run as long as fewer
+        than `max_pending` (default: four per key slot) are in hand (bus/keyed_pipeline.py).
+        Offsets are committed in a task of their own as handled prefixes grow, after a flush.
+        Returns once what was in hand has settled and is committed; a handler's failure stops
+        new records and is raised once the others settled, past the handled prefix only.
+        `stop` cancels a poll in progress; records polled after it are left for the next run."""
+        pipeline = KeyedPipeline(
+            self._handle_or_skip,
+            concurrency=self._concurrency,
+            max_pending=max_pending or 4 * self._concurrency,
+            on_progress=self._take_progress,
+        )
+        self._pipeline = pipeline
+        self._committing_behind = True
+        # A task of its own, not a TaskGroup: a handler's exception is raised as it is.
+        committer = asyncio.create_task(self._commit_loop())
+        try:
+            await self._feed(pipeline, stop, committer)
+            await pipeline.settle()
+            # The last commit waits for one the task may have in progress; after it there is
+            # nothing left for the task, so it is cancelled only while it waits.
+            await self._commit_processed()
+        finally:
+            committer.cancel()
+            self._committing_behind = False
+            self._pipeline = None
+        if pipeline.failure is not None:
+            raise pipeline.failure
+
+    async def _feed(
+        self, pipeline: KeyedPipeline, stop: asyncio.Event, committer: asyncio.Task[None]
+    ) -> None:
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            while not stop.is_set() and pipeline.failure is None:
+                if committer.done():
+                    committer.result()  # a commit that failed for good stops the consumer
+                await pipeline.room()
+                if stop.is_set() or pipeline.failure is not None:
+                    return
+                poll = asyncio.ensure_future(
+                    self.subscription.poll(timeout=0.5, max_records=pipeline.room_left)
+                )
+                await asyncio.wait({poll, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                if stop.is_set():
+                    poll.cancel()
+                    return
+                records = poll.result()
+                if records:
+                    self.idle.clear()
+                    pipeline.offer(records)
+                elif not pipeline.pending:
+                    self.idle.set()
+        finally:
+            stopped.cancel()
+
+    def _take_progress(self) -> None:
+        if self._pipeline is not None:
+            self._processed.update(self._pipeline.take_processed())
+            self._commit_wanted.set()
 
     async def _commit_loop(self) -> None:
         while True:
@@ -195,7 +261,11 @@ class EventConsumer:
 
     async def _on_revoke(self, revoked: set[TopicPartition]) -> None:
         # Whatever was handled must be committed before another member takes over.
+        if self._pipeline is not None:
+            self._processed.update(self._pipeline.take_processed())
         await self._commit_processed()
+        if self._pipeline is not None:
+            self._pipeline.forget(revoked)
 
     async def _handle_one(self, record: Record) -> None:
         try:

@@ -56,7 +56,6 @@ __all__ = ["UNSCHEDULABLE_REASON", "Worker", "WorkerConfig"]
 log = logging.getLogger(__name__)
 
 UNSCHEDULABLE_REASON = "Unschedulable"
-_POLL_TIMEOUT = 0.5
 _STOP_GRACE = 30.0
 """How long a stopping worker lets the assignments it is handling finish."""
 _JOB_CONCURRENCY = 8
@@ -138,8 +137,10 @@ class Worker:
         self._timers: dict[str, _Timer] = {}
         self._exported: set[tuple[str, str]] = set()
         self._stopping = False
-        self._batch_done = asyncio.Event()
-        self._batch_done.set()
+        self._stop_requested = asyncio.Event()
+        self._consumed = asyncio.Event()
+        """Clear while the assignments are consumed (set before start and after the stop)."""
+        self._consumed.set()
         self._queued: dict[str, list[Decision]] = {}
         """Decisions a transient refusal interrupted, per job: carried out (what is left of
         them) before that job's next one."""
@@ -278,10 +279,12 @@ class Worker:
         return self._tasks.failed
 
     async def stop(self) -> None:
-        """Stop consuming, let the batch in hand finish and commit, then close."""
+        """Stop consuming, let the assignments in hand finish and commit, then close."""
         self._stopping = True
+        self._stop_requested.set()
         try:
-            await asyncio.wait_for(self._batch_done.wait(), _STOP_GRACE)
+            async with asyncio.timeout(_STOP_GRACE):
+                await self._consumed.wait()
         except TimeoutError:
             log.warning("stopping with an assignment still in hand", extra=self._extra())
         await self._tasks.cancel_all()
@@ -298,29 +301,24 @@ class Worker:
         log.info("worker stopped", extra=self._extra())
 
     async def _consume(self, consumer: EventConsumer) -> None:
-        """Poll and handle batches; each batch is committed before the next poll, and a stop
-        waits for the batch in hand (cancelling only an idle poll)."""
-        while not self._stopping:
-            records = await consumer.subscription.poll(timeout=_POLL_TIMEOUT)
-            if not records:
-                consumer.idle.set()
-                continue
-            consumer.idle.clear()
-            self._batch_done.clear()
-            try:
-                await consumer.process(records)
-            except BackendError as error:
-                if not (error.transient and self._stopping):
-                    raise
-                log.warning(
-                    "stopping before an assignment could be carried out (it comes again after "
-                    "a restart): %s",
-                    error,
-                    extra=self._extra(),
-                )
-                return
-            finally:
-                self._batch_done.set()
+        """Carry out assignments as they come, different jobs at once, each job's events in
+        order (EventConsumer.run_by_key): a job whose pods take long, or whose creation is
+        retried through an apiserver's bad minute, holds up only its own events. A stop lets
+        what is in hand finish and commit, cancelling only the poll."""
+        self._consumed.clear()
+        try:
+            await consumer.run_by_key(self._stop_requested)
+        except BackendError as error:
+            if not (error.transient and self._stopping):
+                raise
+            log.warning(
+                "stopping before an assignment could be carried out (it comes again after "
+                "a restart): %s",
+                error,
+                extra=self._extra(),
+            )
+        finally:
+            self._consumed.set()
 
     async def _count_dead_letter(self, record: Record, reason: str) -> None:
         self.metrics.dead_letters.labels(self.cluster).inc()

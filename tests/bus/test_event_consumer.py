@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from collections.abc import Callable
 
 import pytest
 
@@ -159,3 +160,124 @@ def test_concurrency_below_one_is_refused() -> None:
 
     with pytest.raises(ValueError, match="concurrency must be at least 1, not 0"):
         _consumer(MemoryBus(), handler, concurrency=0)
+
+
+# -- run_by_key: records as they come, no batch barrier ---------------------------------------
+
+
+async def _until(check: Callable[[], bool]) -> None:
+    async with asyncio.timeout(5):
+        while not check():  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+
+
+async def test_a_slow_key_does_not_hold_up_keys_polled_after_it() -> None:
+    bus = await _bus(partitions=1)
+    release, slow_started = asyncio.Event(), asyncio.Event()
+    done: list[str] = []
+
+    async def handler(event: CloudEvent, record: Record) -> None:
+        if event.subject == "slow":
+            slow_started.set()
+            await release.wait()
+        done.append(str(event.subject))
+
+    consumer = _consumer(bus, handler, concurrency=2)
+    await consumer.subscription.start()
+    stop = asyncio.Event()
+    running = asyncio.create_task(consumer.run_by_key(stop))
+    await _send(bus, "slow", 0)
+    await asyncio.wait_for(slow_started.wait(), 5)
+    # Sent after the slow one is in hand: a consumer that finished each polled batch before
+    # polling again would not see it until the slow one is done.
+    await _send(bus, "quick", 0)
+    await _until(lambda: done == ["quick"])
+    assert bus.committed(GROUP) == {}  # offset 1 is handled, offset 0 is not yet
+    release.set()
+    await _until(lambda: bus.committed(GROUP) == {TopicPartition(TOPIC, 0): 2})
+    assert done == ["quick", "slow"]
+    stop.set()
+    await asyncio.wait_for(running, 5)
+
+
+async def test_keys_keep_their_order_and_the_bound_across_polls() -> None:
+    bus = await _bus(partitions=3)
+    keys = ["a", "b", "c", "d", "e", "f"]
+    handled: dict[str, list[str]] = defaultdict(list)
+    in_flight: dict[str, int] = defaultdict(int)
+    most = 0
+
+    async def handler(event: CloudEvent, record: Record) -> None:
+        nonlocal most
+        key = str(event.subject)
+        in_flight[key] += 1
+        assert in_flight[key] == 1, f"two records of {key} at once"
+        most = max(most, sum(in_flight.values()))
+        await asyncio.sleep(0.005 * (1 + keys.index(key) % 3))
+        handled[key].append(event.data["uid"])
+        in_flight[key] -= 1
+
+    consumer = _consumer(bus, handler, concurrency=3)
+    await consumer.subscription.start()
+    stop = asyncio.Event()
+    running = asyncio.create_task(consumer.run_by_key(stop, max_pending=5))
+    for n in range(6):  # in several waves, while earlier ones are still handled
+        for key in keys:
+            await _send(bus, key, n)
+        await asyncio.sleep(0.01)
+    expected = {key: [f"{key}{n}" for n in range(6)] for key in keys}
+    await _until(lambda: handled == expected)
+    assert most == 3
+    ends: dict[TopicPartition, int] = {}
+    for record in bus.records(TOPIC):
+        ends[record.tp] = max(ends.get(record.tp, 0), record.offset + 1)
+    await _until(lambda: bus.committed(GROUP) == ends)
+    stop.set()
+    await asyncio.wait_for(running, 5)
+
+
+async def test_run_by_key_raises_the_failure_as_is_and_commits_the_handled_prefix() -> None:
+    bus = await _bus(partitions=1)
+    for key in ("good", "bad", "late"):
+        await _send(bus, key, 0)
+    handled: list[str] = []
+
+    async def handler(event: CloudEvent, record: Record) -> None:
+        if event.subject == "bad":
+            raise Crash("handler died")
+        handled.append(str(event.subject))
+
+    consumer = _consumer(bus, handler, concurrency=1)
+    await consumer.subscription.start()
+    with pytest.raises(Crash):
+        await asyncio.wait_for(consumer.run_by_key(asyncio.Event()), 5)
+    assert handled == ["good"]  # nothing starts after the failure
+    assert bus.committed(GROUP) == {TopicPartition(TOPIC, 0): 1}
+
+
+async def test_a_stop_waits_for_the_records_in_hand_and_cancels_only_the_poll() -> None:
+    bus = await _bus(partitions=1)
+    release, started = asyncio.Event(), asyncio.Event()
+
+    async def handler(event: CloudEvent, record: Record) -> None:
+        started.set()
+        await release.wait()
+
+    consumer = _consumer(bus, handler, concurrency=2)
+    await consumer.subscription.start()
+    stop = asyncio.Event()
+    running = asyncio.create_task(consumer.run_by_key(stop))
+    await _send(bus, "held", 0)
+    await asyncio.wait_for(started.wait(), 5)
+    stop.set()
+    await asyncio.sleep(0.1)
+    assert not running.done()  # the record in hand is finished first
+    release.set()
+    await asyncio.wait_for(running, 5)
+    assert bus.committed(GROUP) == {TopicPartition(TOPIC, 0): 1}
+    # Idle: the stop does not wait for the poll's timeout.
+    stop = asyncio.Event()
+    idle = asyncio.create_task(consumer.run_by_key(stop))
+    await asyncio.sleep(0.05)
+    stop.set()
+    await asyncio.wait_for(idle, 0.3)

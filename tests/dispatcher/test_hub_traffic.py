@@ -8,7 +8,7 @@ from bus.memory import MemoryBus
 from bus.topics import Topics
 from dispatcher.hub import Hub, HubConfig
 from dispatcher.ledger import JobRecord, Ledger
-from schemas.events import EventType, JobStatusUpdate, make_event
+from schemas.events import EventType, JobAssigned, JobStatusUpdate, make_event
 from schemas.job_parsing import parse_job
 from schemas.run_policy import TRAINHUB_MANAGER
 from schemas.status import JobPhase
@@ -227,3 +227,36 @@ async def test_a_finished_job_is_kept_as_a_summary_and_still_refuses_resubmissio
     assigned = [u for u in updates if u.uid == done and u.phase == JobPhase.ASSIGNED]
     assert assigned and assigned[0].placement is not None
     assert assigned[0].placement.chosen == "east"
+
+
+async def test_the_assignment_names_the_chosen_cluster_and_the_status_keeps_every_score() -> None:
+    bus = MemoryBus()
+    await bus.start()
+    topics = Topics(prefix="scores")
+    hub = Hub(bus, topics, HubConfig(schedule_interval=0.05))
+    await hub.start()
+    try:
+        for name, cpu in (("east", "64"), ("west", "8"), ("tiny", "1")):
+            snapshot = cluster(name, node("n1", cpu=cpu, memory="256Gi", pods="110"))
+            heartbeat = make_event(EventType.CLUSTER_HEARTBEAT, "test", name, snapshot)
+            await publish_event(bus, topics.clusters, name, heartbeat)
+        await until(lambda: len(hub.clusters.all()) == 3)
+        uid = await submit_document(bus, topics, jax_job("spread", cpu="2"))
+        await until(lambda: hub.ledger.count(JobPhase.ASSIGNED) == 1)
+        await bus.flush()
+    finally:
+        await hub.stop()
+    updates = [e.data_as(JobStatusUpdate) async for e in events_to_end(bus, topics.status)]
+    status = next(u for u in updates if u.phase == JobPhase.ASSIGNED)
+    assert status.placement is not None and status.placement.chosen == "east"
+    scores = {c.name: c for c in status.placement.clusters}
+    assert set(scores) == {"east", "west", "tiny"}
+    assert scores["west"].feasible and not scores["tiny"].feasible and scores["tiny"].reason
+    [assignment] = [
+        e.data_as(JobAssigned)
+        async for e in events_to_end(bus, topics.assignments("east"))
+        if e.type == EventType.JOB_ASSIGNED
+    ]
+    assert assignment.uid == uid and assignment.placement is not None
+    assert assignment.placement.chosen == "east"
+    assert assignment.placement.clusters == [scores["east"]]
