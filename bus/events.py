@@ -121,8 +121,12 @@ class EventConsumer:
         # A task of its own, not a TaskGroup: a handler's exception is raised as it is.
         committer = asyncio.create_task(self._commit_loop())
         try:
-            await self._feed(pipeline, stop, committer)
-            await pipeline.settle()
+            try:
+                await self._feed(pipeline, stop, committer)
+                await pipeline.settle()
+            except BaseException:
+                await pipeline.cancel()
+                raise
             # The last commit waits for one the task may have in progress; after it there is
             # nothing left for the task, so it is cancelled only while it waits.
             await self._commit_processed()

@@ -115,6 +115,13 @@ class KeyedPipeline:
         while self._drivers:
             await asyncio.wait(set(self._drivers))
 
+    async def cancel(self) -> None:
+        """Cancel the records being handled and wait for them (the consumer was cancelled:
+        its drivers must not outlive it)."""
+        for driver in self._drivers:
+            driver.cancel()
+        await asyncio.gather(*self._drivers, return_exceptions=True)
+
     async def _drive(self) -> None:
         try:
             await self._drive_lanes()

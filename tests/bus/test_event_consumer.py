@@ -281,3 +281,27 @@ async def test_a_stop_waits_for_the_records_in_hand_and_cancels_only_the_poll() 
     await asyncio.sleep(0.05)
     stop.set()
     await asyncio.wait_for(idle, 0.3)
+
+
+async def test_cancelling_run_by_key_cancels_the_records_in_hand() -> None:
+    bus = await _bus(partitions=1)
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def handler(event: CloudEvent, record: Record) -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    consumer = _consumer(bus, handler, concurrency=2)
+    await consumer.subscription.start()
+    running = asyncio.create_task(consumer.run_by_key(asyncio.Event()))
+    await _send(bus, "stuck", 0)
+    await asyncio.wait_for(started.wait(), 5)
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    assert cancelled.is_set()  # the handler did not outlive its consumer
+    assert bus.committed(GROUP) == {}
