@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -28,6 +28,7 @@ from schemas.cluster import ClusterSnapshot
 from schemas.errors import JobInvalid
 from schemas.events import (
     CloudEvent,
+    ClusterScore,
     EventType,
     JobAssigned,
     JobHandedBack,
@@ -571,7 +572,7 @@ class Hub:
                 placed.append(record)
             elif placement.never_fits:
                 record.phase = JobPhase.REJECTED
-                reasons = "; ".join(f"{c.name}: {c.reason}" for c in placement.decision.clusters)
+                reasons = _reasons(placement.decision.clusters)
                 self.metrics.decisions.labels(outcome="rejected").inc()
                 await self._publish_status(
                     record,
@@ -583,12 +584,7 @@ class Hub:
         return placed
 
     async def _note_waiting(self, record: JobRecord, placement: Placement) -> None:
-        reasons = (
-            "; ".join(
-                f"{c.name}: {c.reason}" for c in placement.decision.clusters if not c.feasible
-            )
-            or "no cluster has reported capacity yet"
-        )
+        reasons = _reasons(placement.decision.clusters) or "no cluster has reported capacity yet"
         if reasons != record.message:
             await self._publish_status(record, reason="WaitingForCapacity", message=reasons)
 
@@ -677,3 +673,21 @@ class Hub:
         )
         event = make_event(EventType.JOB_STATUS, self.config.source, record.uid, update)
         await publish_event(self.bus, self.topics.status, record.uid, event, wait=False)
+
+
+_MESSAGE_CLUSTERS = 10
+"""How many clusters' reasons a status message names: the placement decision in the same
+status has every one, and at 1,000 clusters a message naming all would be some 60 KB, sent
+again whenever any of them changed and kept in the job's summary for good."""
+
+
+def _reasons(scores: Sequence[ClusterScore]) -> str:
+    """The rejected clusters' reasons for a status message (the first few, by name)."""
+    rejected = [c for c in scores if not c.feasible]
+    shown = "; ".join(f"{c.name}: {c.reason}" for c in rejected[:_MESSAGE_CLUSTERS])
+    if len(rejected) > _MESSAGE_CLUSTERS:
+        shown += (
+            f"; and {len(rejected) - _MESSAGE_CLUSTERS} more clusters "
+            "(the placement decision has every reason)"
+        )
+    return shown

@@ -589,6 +589,7 @@ register_job_commands(app)
         "trainhub sandbox up",
         "trainhub sandbox up --clusters 2",
         "trainhub sandbox up --clusters-file clusters.yaml",
+        "trainhub sandbox up --acls --acl-clusters east,west",
     ),
 )
 def sandbox_up_command(
@@ -596,18 +597,42 @@ def sandbox_up_command(
     clusters_file: Annotated[
         Path | None, typer.Option(help="YAML {clusters: [{name, pools: [...]}]} instead.")
     ] = None,
+    acls: Annotated[
+        bool,
+        typer.Option(
+            "--acls",
+            help="Authorise every Kafka request: users hub, producer and worker-<cluster>, "
+            "each with its role's ACLs and a --config file (see `sandbox status`).",
+        ),
+    ] = False,
+    acl_clusters: Annotated[
+        str,
+        typer.Option(
+            help="With --acls: comma-separated clusters to make worker users for "
+            "(default: the member clusters, or cluster-1)."
+        ),
+    ] = "",
 ) -> None:
     """Start the sandbox; it keeps running until `trainhub sandbox down`."""
     from trainhub.sandbox.control import sandbox_up
     from trainhub.sandbox.errors import SandboxError
 
+    served = [c.strip() for c in acl_clusters.split(",") if c.strip()]
+    if served and not acls:
+        raise fail("--acl-clusters needs --acls")
     try:
-        state = sandbox_up(clusters, clusters_file)
+        state = sandbox_up(clusters, clusters_file, acls=acls, acl_clusters=served)
     except (SandboxError, OSError, ValueError) as exc:
         raise fail(str(exc)) from None
-    console.print(
-        f"kafka: {state.kafka['bootstrap']} (export TRAINHUB_BOOTSTRAP={state.kafka['bootstrap']})"
-    )
+    if acls:
+        console.print(f"kafka: {state.kafka['sasl_bootstrap']} (SCRAM-SHA-512, ACLs on)")
+        for user, entry in state.kafka["users"].items():
+            console.print(f"  {entry['role']} user {user}: --config {entry['config']}")
+    else:
+        console.print(
+            f"kafka: {state.kafka['bootstrap']} "
+            f"(export TRAINHUB_BOOTSTRAP={state.kafka['bootstrap']})"
+        )
     for cluster in state.clusters:
         console.print(f"cluster {cluster['name']}: kubeconfig {cluster['kubeconfig']}")
 
@@ -629,6 +654,8 @@ def sandbox_status_command(
         sys.stdout.write(json.dumps(state.public(), indent=2) + "\n")
         return
     console.print(f"kafka: {state.kafka['bootstrap']} (SCRAM: {state.kafka['sasl_bootstrap']})")
+    for user, entry in state.kafka.get("users", {}).items():
+        console.print(f"  {entry['role']} user {user}: --config {entry['config']}")
     for cluster in state.clusters:
         console.print(f"cluster {cluster['name']}: {cluster['kubeconfig']} ({cluster['context']})")
 

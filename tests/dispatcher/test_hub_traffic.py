@@ -260,3 +260,32 @@ async def test_the_assignment_names_the_chosen_cluster_and_the_status_keeps_ever
     assert assignment.uid == uid and assignment.placement is not None
     assert assignment.placement.chosen == "east"
     assert assignment.placement.clusters == [scores["east"]]
+
+
+async def test_a_status_message_names_ten_clusters_and_the_decision_has_them_all() -> None:
+    bus = MemoryBus()
+    await bus.start()
+    topics = Topics(prefix="many")
+    hub = Hub(bus, topics, HubConfig(schedule_interval=0.05))
+    await hub.start()
+    names = [f"c{i:02d}" for i in range(12)]
+    try:
+        for name in names:
+            snapshot = cluster(name, node("n1", cpu="4", memory="16Gi", pods="110"))
+            heartbeat = make_event(EventType.CLUSTER_HEARTBEAT, "test", name, snapshot)
+            await publish_event(bus, topics.clusters, name, heartbeat)
+        await until(lambda: len(hub.clusters.all()) == len(names))
+        uid = await submit_document(bus, topics, jax_job("huge", workers=1, cpu="64"))
+        await until(lambda: hub.ledger.count(JobPhase.REJECTED) == 1)
+        await bus.flush()
+    finally:
+        await hub.stop()
+    updates = [e.data_as(JobStatusUpdate) async for e in events_to_end(bus, topics.status)]
+    [rejected] = [u for u in updates if u.uid == uid and u.phase == JobPhase.REJECTED]
+    message = rejected.message or ""
+    assert all(f"{name}: can never fit" in message for name in names[:10]), message
+    assert "c10:" not in message and "c11:" not in message
+    assert message.endswith("; and 2 more clusters (the placement decision has every reason)")
+    assert rejected.placement is not None
+    assert [c.name for c in rejected.placement.clusters] == names
+    assert all(c.reason and "can never fit" in c.reason for c in rejected.placement.clusters)

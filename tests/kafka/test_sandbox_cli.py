@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -10,6 +11,14 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
+
+from bus.kafka import KafkaBus
+from bus.kafka_settings import KafkaSettings
+from bus.topics import Topics
+from tests.helpers import jax_job
+from tests.kafka.processes import Process
+from tests.kafka.status_topic import stop_all
 
 pytestmark = [pytest.mark.kafka, pytest.mark.kube]
 
@@ -59,3 +68,99 @@ def test_sandbox_up_status_down(tmp_path: Path) -> None:
         time.sleep(0.1)
     assert not _alive(pid)
     assert _cli("status", env=env).returncode == 3
+
+
+def test_sandbox_up_with_acls_gives_each_role_a_user_that_runs_a_job(tmp_path: Path) -> None:
+    """The configs `sandbox up --acls` writes are all a hub, a worker and a producer need:
+    a job runs to Succeeded with each as its own user, and the broker refuses the rest."""
+    env = {**os.environ, "TRAINHUB_SANDBOX_DIR": str(tmp_path / "sandbox")}
+    up = _cli("up", "--acls", "--acl-clusters", "east", env=env)
+    processes: list[Process] = []
+    try:
+        assert up.returncode == 0, up.stderr
+        state = json.loads(_cli("status", "-o", "json", env=env).stdout)
+        users = state["kafka"]["users"]
+        assert {u: e["role"] for u, e in users.items()} == {
+            "hub": "hub",
+            "producer": "producer",
+            "worker-east": "worker",
+        }
+        assert users["worker-east"]["cluster"] == "east"
+        configs = {user: Path(entry["config"]) for user, entry in users.items()}
+        for path in configs.values():
+            assert path.stat().st_mode & 0o777 == 0o600
+        hub = Process("hub", ["hub", "--config", str(configs["hub"])], tmp_path)
+        worker = Process(
+            "worker",
+            [
+                *("worker", "--config", str(configs["worker-east"]), "--cluster", "east"),
+                *("--backend", "sim", "--heartbeat-interval", "0.5"),
+            ],
+            tmp_path,
+        )
+        processes += [hub, worker]
+        # Under ACLs only the hub may create the shared topics: submit once they exist.
+        assert asyncio.run(_shared_topics_exist(state["kafka"], 90)), hub.log()[-3000:]
+        job = tmp_path / "job.yaml"
+        job.write_text(yaml.safe_dump(jax_job("acl", workers=2, duration="0.5s")))
+        submit = _trainhub(
+            "submit", str(job), "--watch", "--config", str(configs["producer"]), env=env
+        )
+        logs = "\n".join(p.log()[-2000:] for p in processes)
+        assert submit.returncode == 0, submit.stdout + submit.stderr + logs
+        assert "Succeeded" in submit.stdout
+        # The producer's user may submit and follow, not act as the cluster's worker.
+        stolen = Process(
+            "thief",
+            [
+                "worker",
+                "--config",
+                str(configs["producer"]),
+                "--cluster",
+                "east",
+                "--backend",
+                "sim",
+            ],
+            tmp_path,
+        )
+        assert stolen.popen.wait(60) != 0
+        assert "User:producer" in stolen.log(), stolen.log()[-2000:]
+    finally:
+        stop_all(processes)
+        down = _cli("down", env=env)
+    assert down.returncode == 0, down.stderr
+
+
+def _trainhub(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "trainhub", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+
+
+async def _shared_topics_exist(kafka: dict[str, str], timeout: float) -> bool:
+    """Whether the shared topics appear within `timeout`, asked as the sandbox's admin."""
+    admin = KafkaBus(
+        KafkaSettings(
+            bootstrap=kafka["sasl_bootstrap"],
+            security_protocol="SASL_PLAINTEXT",
+            sasl_username=kafka["sasl_username"],
+            sasl_password=kafka["sasl_password"],
+        )
+    )
+    await admin.start()
+    try:
+        wanted = {spec.name for spec in Topics().shared_specs()}
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert admin._admin is not None
+            if wanted <= set(await admin._admin.list_topics()):
+                return True
+            await asyncio.sleep(0.3)
+        return False
+    finally:
+        await admin.close()

@@ -6,15 +6,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from bus.kafka_settings import KafkaSettings
 from trainhub.sandbox.cache import default_cache_dir
 from trainhub.sandbox.errors import SandboxError
 from trainhub.sandbox.kafka_broker import start_kafka, stop_kafka
+from trainhub.sandbox.kafka_users import grant, role_users, write_configs
 from trainhub.sandbox.kube_cluster import (
     ClusterSpec,
     KubeSandbox,
@@ -71,8 +74,19 @@ def cluster_specs(count: int, clusters_file: Path | None) -> list[ClusterSpec]:
     return [ClusterSpec(name=f"cluster-{i + 1}") for i in range(count)]
 
 
-def sandbox_up(count: int = 0, clusters_file: Path | None = None) -> SandboxState:
-    """Start the broker (with a SCRAM user) and `count` member clusters; refuse if running."""
+def sandbox_up(
+    count: int = 0,
+    clusters_file: Path | None = None,
+    *,
+    acls: bool = False,
+    acl_clusters: Sequence[str] = (),
+) -> SandboxState:
+    """Start the broker (with a SCRAM user) and `count` member clusters; refuse if running.
+
+    `acls`: the broker authorises every request; the SCRAM user is its only super user, and
+    the hub, the producers and a worker per cluster (`acl_clusters`, else the member
+    clusters, else `cluster-1`) get users of their own with exactly their role's ACLs and
+    a `--config` file each (kafka/users/<user>.yaml)."""
     root = sandbox_dir()
     existing = read_state(root)
     if existing is not None and _alive(int(existing.kafka["pid"])):
@@ -83,8 +97,12 @@ def sandbox_up(count: int = 0, clusters_file: Path | None = None) -> SandboxStat
         shutil.rmtree(root)
     root.mkdir(parents=True)
     password = os.urandom(12).hex()
-    broker = start_kafka(root / "kafka", scram_users={SCRAM_USER: password})
-    kafka = {
+    specs = cluster_specs(count, clusters_file)
+    served = list(acl_clusters) or [spec.name for spec in specs] or ["cluster-1"]
+    users = role_users(served) if acls else []
+    passwords = {SCRAM_USER: password, **{user.name: os.urandom(12).hex() for user in users}}
+    broker = start_kafka(root / "kafka", scram_users=passwords, authorizer=acls)
+    kafka: dict[str, Any] = {
         "bootstrap": broker.bootstrap,
         "pid": broker.pid,
         "log": str(broker.log_path),
@@ -92,8 +110,22 @@ def sandbox_up(count: int = 0, clusters_file: Path | None = None) -> SandboxStat
         "sasl_username": SCRAM_USER,
         "sasl_password": password,
     }
+    if users:
+        assert broker.sasl_bootstrap is not None
+        admin = KafkaSettings(
+            bootstrap=broker.sasl_bootstrap,
+            security_protocol="SASL_PLAINTEXT",
+            sasl_username=SCRAM_USER,
+            sasl_password=password,
+        )
+        try:
+            grant(admin, users)
+        except Exception:
+            stop_kafka(broker)
+            raise
+        folder = root / "kafka" / "users"
+        kafka["users"] = write_configs(folder, broker.sasl_bootstrap, passwords, users)
     clusters: list[dict[str, Any]] = []
-    specs = cluster_specs(count, clusters_file)
     if specs:
         try:
             kube = start_member_clusters(specs, root / "kube")
