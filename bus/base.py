@@ -110,8 +110,10 @@ class Bus(abc.ABC):
     async def close(self) -> None: ...
 
     @abc.abstractmethod
-    async def create_topics(self, specs: Sequence[TopicSpec]) -> None:
-        """Create what is missing; existing topics are left as they are."""
+    async def create_topics(self, specs: Sequence[TopicSpec], *, wait: float = 0.0) -> None:
+        """Create what is missing; existing topics are left as they are. `wait`: for up to
+        that many seconds, wait for the topics this client may not create (under ACLs the
+        hub creates the shared ones) to be created by another; 0: do not wait for them."""
 
     @abc.abstractmethod
     async def publish(

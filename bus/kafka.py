@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -226,7 +227,7 @@ class KafkaBus(Bus):
             raise BusError("KafkaBus is not started")
         return self._producer
 
-    async def create_topics(self, specs: Sequence[TopicSpec]) -> None:
+    async def create_topics(self, specs: Sequence[TopicSpec], *, wait: float = 0.0) -> None:
         admin = self._admin
         if admin is None:
             raise BusError("KafkaBus is not started")
@@ -249,6 +250,48 @@ class KafkaBus(Bus):
                 "not allowed to create %s; using them once they exist", ", ".join(sorted(denied))
             )
         self._topics.update(s.name for s in missing if s.name not in denied)
+        if denied and wait > 0:
+            await self._await_created(denied, wait)
+
+    async def _await_created(self, names: set[str], wait: float) -> None:
+        """Until `names` exist (created by another principal), for at most `wait` seconds."""
+        admin = self._admin
+        assert admin is not None
+        deadline = time.monotonic() + wait
+        delay, logged = 0.2, False
+        while True:
+            missing = names - set(await _until_back(self.settings, admin.list_topics))
+            if missing:
+                # A topic this principal may not even describe is not one it uses (a worker
+                # never touches the jobs topic): waiting for it would never end.
+                asked = sorted(missing)
+                described = await _until_back(
+                    self.settings, functools.partial(admin.describe_topics, asked)
+                )
+                hidden = {
+                    t.get("topic") or t.get("name")
+                    for t in described
+                    if t["error_code"] == _TOPIC_AUTHORIZATION_FAILED
+                }
+                names, missing = names - hidden, missing - hidden
+            if not missing:
+                self._topics.update(names)
+                return
+            if time.monotonic() >= deadline:
+                raise UnknownTopicError(
+                    f"topics {', '.join(sorted(missing))} were not created within {wait:.0f} s; "
+                    f"{_principal(self.settings)} may not create them: start the hub, which "
+                    "creates the shared topics, or grant CREATE"
+                )
+            if not logged:
+                log.warning(
+                    "waiting for %s to be created by the hub (%s may not create them)",
+                    ", ".join(sorted(missing)),
+                    _principal(self.settings),
+                )
+                logged = True
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 5.0)
 
     async def _require_topic(self, topic: str) -> None:
         if topic in self._topics:

@@ -53,7 +53,7 @@ class MemoryBus(Bus):
         self._closed = True
         self._notify()
 
-    async def create_topics(self, specs: Sequence[TopicSpec]) -> None:
+    async def create_topics(self, specs: Sequence[TopicSpec], *, wait: float = 0.0) -> None:
         for spec in specs:
             if spec.name not in self._logs:
                 self._logs[spec.name] = [[] for _ in range(spec.partitions)]

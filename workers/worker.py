@@ -57,6 +57,8 @@ log = logging.getLogger(__name__)
 
 UNSCHEDULABLE_REASON = "Unschedulable"
 _STOP_GRACE = 30.0
+_TOPICS_WAIT = 120.0
+"""How long a starting worker waits for shared topics it may not create (the hub's)."""
 """How long a stopping worker lets the assignments it is handling finish."""
 _JOB_CONCURRENCY = 8
 """Jobs whose assignments are carried out at once (each job's events stay in order)."""
@@ -155,8 +157,11 @@ class Worker:
 
     async def start(self) -> None:
         await self.backend.start()
+        # Under ACLs a worker may create only its assignments topic: one started before the
+        # hub waits for the shared ones rather than failing its first heartbeat.
         await self.bus.create_topics(
-            [*self.topics.shared_specs(), self.topics.assignment_spec(self.cluster)]
+            [*self.topics.shared_specs(), self.topics.assignment_spec(self.cluster)],
+            wait=_TOPICS_WAIT,
         )
         self._consumer = EventConsumer(
             self.bus,

@@ -89,7 +89,8 @@ def test_sandbox_up_with_acls_gives_each_role_a_user_that_runs_a_job(tmp_path: P
         configs = {user: Path(entry["config"]) for user, entry in users.items()}
         for path in configs.values():
             assert path.stat().st_mode & 0o777 == 0o600
-        hub = Process("hub", ["hub", "--config", str(configs["hub"])], tmp_path)
+        # The worker first: it may not create the shared topics, so it waits for the hub
+        # to do so instead of failing its first heartbeat.
         worker = Process(
             "worker",
             [
@@ -98,8 +99,14 @@ def test_sandbox_up_with_acls_gives_each_role_a_user_that_runs_a_job(tmp_path: P
             ],
             tmp_path,
         )
-        processes += [hub, worker]
-        # Under ACLs only the hub may create the shared topics: submit once they exist.
+        processes.append(worker)
+        deadline = time.monotonic() + 60
+        while "to be created by the hub" not in worker.log():
+            assert worker.popen.poll() is None, worker.log()[-3000:]
+            assert time.monotonic() < deadline, worker.log()[-3000:]
+            time.sleep(0.2)
+        hub = Process("hub", ["hub", "--config", str(configs["hub"])], tmp_path)
+        processes.append(hub)
         assert asyncio.run(_shared_topics_exist(state["kafka"], 90)), hub.log()[-3000:]
         job = tmp_path / "job.yaml"
         job.write_text(yaml.safe_dump(jax_job("acl", workers=2, duration="0.5s")))
