@@ -50,9 +50,6 @@ class KeyedPipeline:
         """Per partition whose handled prefix grew since `take_processed`, the offset past it."""
         self.pending = 0
         self.failure: BaseException | None = None
-        self.settled = asyncio.Event()
-        """Set while no record is in hand."""
-        self.settled.set()
         self._room = asyncio.Event()
         self._room.set()
 
@@ -66,8 +63,6 @@ class KeyedPipeline:
                 lane = self._lanes[record.key] = deque()
                 self._waiting.append(record.key)
             lane.append(record)
-        if self.pending:
-            self.settled.clear()
         if self.pending >= self._max_pending:
             self._room.clear()
         while self._waiting and self._driving < self._concurrency and self.failure is None:
@@ -107,8 +102,6 @@ class KeyedPipeline:
                 lane.extend(kept)
         if self.pending < self._max_pending:
             self._room.set()
-        if not self.pending:
-            self.settled.set()
 
     async def settle(self) -> None:
         """Wait until the drivers are done: every record handled, or a failure stopped them."""
@@ -150,8 +143,6 @@ class KeyedPipeline:
         self.pending -= 1
         if self.pending < self._max_pending:
             self._room.set()
-        if not self.pending:
-            self.settled.set()
         order = self._order.get(record.tp)
         if order is None:
             return  # forgotten in a rebalance
