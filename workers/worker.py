@@ -57,9 +57,9 @@ log = logging.getLogger(__name__)
 
 UNSCHEDULABLE_REASON = "Unschedulable"
 _STOP_GRACE = 30.0
+"""How long a stopping worker lets the assignments it is handling finish."""
 _TOPICS_WAIT = 120.0
 """How long a starting worker waits for shared topics it may not create (the hub's)."""
-"""How long a stopping worker lets the assignments it is handling finish."""
 _JOB_CONCURRENCY = 8
 """Jobs whose assignments are carried out at once (each job's events stay in order)."""
 _CREATE_CONCURRENCY = 32
