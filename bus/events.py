@@ -265,8 +265,7 @@ class EventConsumer:
 
     async def _on_revoke(self, revoked: set[TopicPartition]) -> None:
         # Whatever was handled must be committed before another member takes over.
-        if self._pipeline is not None:
-            self._processed.update(self._pipeline.take_processed())
+        self._take_progress()
         await self._commit_processed()
         if self._pipeline is not None:
             self._pipeline.forget(revoked)

@@ -626,8 +626,7 @@ def sandbox_up_command(
         raise fail(str(exc)) from None
     if acls:
         console.print(f"kafka: {state.kafka['sasl_bootstrap']} (SCRAM-SHA-512, ACLs on)")
-        for user, entry in state.kafka["users"].items():
-            console.print(f"  {entry['role']} user {user}: --config {entry['config']}")
+        _print_sandbox_users(state.kafka)
     else:
         console.print(
             f"kafka: {state.kafka['bootstrap']} "
@@ -654,10 +653,15 @@ def sandbox_status_command(
         sys.stdout.write(json.dumps(state.public(), indent=2) + "\n")
         return
     console.print(f"kafka: {state.kafka['bootstrap']} (SCRAM: {state.kafka['sasl_bootstrap']})")
-    for user, entry in state.kafka.get("users", {}).items():
-        console.print(f"  {entry['role']} user {user}: --config {entry['config']}")
+    _print_sandbox_users(state.kafka)
     for cluster in state.clusters:
         console.print(f"cluster {cluster['name']}: {cluster['kubeconfig']} ({cluster['context']})")
+
+
+def _print_sandbox_users(kafka: dict[str, Any]) -> None:
+    """The users `sandbox up --acls` made, each with its --config file."""
+    for user, entry in kafka.get("users", {}).items():
+        console.print(f"  {entry['role']} user {user}: --config {entry['config']}")
 
 
 @sandbox_app.command("down", epilog=examples("trainhub sandbox down"))

@@ -59,32 +59,39 @@ def _consumer(bus: MemoryBus, handler: EventHandler, concurrency: int) -> EventC
     )
 
 
+class KeyTracker:
+    """A handler that fails if two records of one key overlap, and notes each key's records
+    in the order handled and the most records in hand at once."""
+
+    def __init__(self, pause: Callable[[str], float] = lambda key: 0.01) -> None:
+        self.handled: dict[str, list[str]] = defaultdict(list)
+        self.in_flight: dict[str, int] = defaultdict(int)
+        self.most = 0
+        self._pause = pause
+
+    async def __call__(self, event: CloudEvent, record: Record) -> None:
+        key = str(event.subject)
+        self.in_flight[key] += 1
+        assert self.in_flight[key] == 1, f"two records of {key} at once"
+        self.most = max(self.most, sum(self.in_flight.values()))
+        await asyncio.sleep(self._pause(key))
+        self.handled[key].append(event.data["uid"])
+        self.in_flight[key] -= 1
+
+
 async def test_keys_overlap_up_to_the_bound_and_each_key_keeps_its_order() -> None:
     bus = await _bus(partitions=2)
     keys = ["a", "b", "c", "d", "e"]
     for n in range(4):
         for key in keys:
             await _send(bus, key, n)
-    handled: dict[str, list[str]] = defaultdict(list)
-    in_flight: dict[str, int] = defaultdict(int)
-    most = 0
-
-    async def handler(event: CloudEvent, record: Record) -> None:
-        nonlocal most
-        key = str(event.subject)
-        in_flight[key] += 1
-        assert in_flight[key] == 1, f"two records of {key} at once"
-        most = max(most, sum(in_flight.values()))
-        await asyncio.sleep(0.01)
-        handled[key].append(event.data["uid"])
-        in_flight[key] -= 1
-
-    consumer = _consumer(bus, handler, concurrency=3)
+    tracker = KeyTracker()
+    consumer = _consumer(bus, tracker, concurrency=3)
     await consumer.subscription.start()
     records = await _batch(consumer, 20)
     await consumer.process(records)
-    assert most == 3
-    assert handled == {key: [f"{key}{n}" for n in range(4)] for key in keys}
+    assert tracker.most == 3
+    assert tracker.handled == {key: [f"{key}{n}" for n in range(4)] for key in keys}
     ends = {r.tp: r.offset + 1 for r in records}
     assert len(ends) == 2 and bus.committed(GROUP) == ends
 
@@ -203,21 +210,8 @@ async def test_a_slow_key_does_not_hold_up_keys_polled_after_it() -> None:
 async def test_keys_keep_their_order_and_the_bound_across_polls() -> None:
     bus = await _bus(partitions=3)
     keys = ["a", "b", "c", "d", "e", "f"]
-    handled: dict[str, list[str]] = defaultdict(list)
-    in_flight: dict[str, int] = defaultdict(int)
-    most = 0
-
-    async def handler(event: CloudEvent, record: Record) -> None:
-        nonlocal most
-        key = str(event.subject)
-        in_flight[key] += 1
-        assert in_flight[key] == 1, f"two records of {key} at once"
-        most = max(most, sum(in_flight.values()))
-        await asyncio.sleep(0.005 * (1 + keys.index(key) % 3))
-        handled[key].append(event.data["uid"])
-        in_flight[key] -= 1
-
-    consumer = _consumer(bus, handler, concurrency=3)
+    tracker = KeyTracker(pause=lambda key: 0.005 * (1 + keys.index(key) % 3))
+    consumer = _consumer(bus, tracker, concurrency=3)
     await consumer.subscription.start()
     stop = asyncio.Event()
     running = asyncio.create_task(consumer.run_by_key(stop, max_pending=5))
@@ -226,8 +220,8 @@ async def test_keys_keep_their_order_and_the_bound_across_polls() -> None:
             await _send(bus, key, n)
         await asyncio.sleep(0.01)
     expected = {key: [f"{key}{n}" for n in range(6)] for key in keys}
-    await _until(lambda: handled == expected)
-    assert most == 3
+    await _until(lambda: tracker.handled == expected)
+    assert tracker.most == 3
     ends: dict[TopicPartition, int] = {}
     for record in bus.records(TOPIC):
         ends[record.tp] = max(ends.get(record.tp, 0), record.offset + 1)

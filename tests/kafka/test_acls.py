@@ -33,6 +33,7 @@ from bus.topics import Topics
 from tests.helpers import jax_job
 from tests.kafka.processes import Process
 from tests.kafka.status_topic import stop_all
+from tests.kafka.topic_checks import topics_exist
 from trainhub.sandbox.kafka_broker import KafkaBroker, start_kafka, stop_kafka
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -151,16 +152,6 @@ async def admin_bus(secured: SecuredKafka) -> AsyncIterator[KafkaBus]:
     await bus.close()
 
 
-async def _topics_exist(bus: KafkaBus, names: set[str], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert bus._admin is not None
-        if names <= set(await bus._admin.list_topics()):
-            return True
-        await asyncio.sleep(0.3)
-    return False
-
-
 @pytest.mark.kafka
 async def test_hub_worker_and_producer_as_their_own_users_run_a_job_to_succeeded(
     secured: SecuredKafka, admin_bus: KafkaBus, tmp_path: Path
@@ -172,7 +163,7 @@ async def test_hub_worker_and_producer_as_their_own_users_run_a_job_to_succeeded
     try:
         shared = {spec.name for spec in TOPICS.shared_specs()}
         # Under ACLs the hub creates the shared topics; the others only use them.
-        assert await _topics_exist(admin_bus, shared, 60), hub.log()[-3000:]
+        assert await topics_exist(admin_bus, shared, 60), hub.log()[-3000:]
         worker_config = secured.config_file(USERS["worker"], tmp_path)
         worker = Process(
             "worker",

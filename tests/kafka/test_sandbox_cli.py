@@ -19,16 +19,24 @@ from bus.topics import Topics
 from tests.helpers import jax_job
 from tests.kafka.processes import Process
 from tests.kafka.status_topic import stop_all
+from tests.kafka.topic_checks import topics_exist
 
 pytestmark = [pytest.mark.kafka, pytest.mark.kube]
 
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`trainhub sandbox ARGS` (building member clusters can take minutes)."""
+    return _trainhub("sandbox", *args, env=env, timeout=300)
+
+
+def _trainhub(
+    *args: str, env: dict[str, str], timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "trainhub", "sandbox", *args],
+        [sys.executable, "-m", "trainhub", *args],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
         check=False,
         env=env,
     )
@@ -138,17 +146,6 @@ def test_sandbox_up_with_acls_gives_each_role_a_user_that_runs_a_job(tmp_path: P
     assert down.returncode == 0, down.stderr
 
 
-def _trainhub(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "trainhub", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=env,
-    )
-
-
 async def _shared_topics_exist(kafka: dict[str, str], timeout: float) -> bool:
     """Whether the shared topics appear within `timeout`, asked as the sandbox's admin."""
     admin = KafkaBus(
@@ -161,13 +158,6 @@ async def _shared_topics_exist(kafka: dict[str, str], timeout: float) -> bool:
     )
     await admin.start()
     try:
-        wanted = {spec.name for spec in Topics().shared_specs()}
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert admin._admin is not None
-            if wanted <= set(await admin._admin.list_topics()):
-                return True
-            await asyncio.sleep(0.3)
-        return False
+        return await topics_exist(admin, {s.name for s in Topics().shared_specs()}, timeout)
     finally:
         await admin.close()
