@@ -33,6 +33,8 @@ class JobRecord:
     excluded: dict[str, float] = field(default_factory=dict)
     """Clusters this job must avoid, until a monotonic time (after failing there)."""
     submission: str | None = None
+    waiting_noted_at: float = float("-inf")
+    """When (monotonic) its last WaitingForCapacity status was published by this hub."""
     managed_by: str | None = None
     """The job's runPolicy.managedBy ("" when unset), kept when the job itself is let go
     (`compact`); None when not known (a record rebuilt from statuses without the job)."""

@@ -68,7 +68,6 @@ def test_ledger_index_follows_phase_changes_and_replacements() -> None:
     assert len(ledger.all()) == 2
 
 
-
 def test_ledger_compacts_only_records_still_finished_and_still_held() -> None:
     ledger = Ledger()
     job = parse_job(jax_job("a"))
@@ -87,6 +86,7 @@ def test_ledger_compacts_only_records_still_finished_and_still_held() -> None:
     assert finished.job is None and finished.managed_by == TRAINHUB_MANAGER
     assert replaced.job is not None and successor.job is not None and resumed.job is not None
     assert ledger.compact_finished() == 0
+
 
 async def test_running_before_the_heartbeat_does_not_free_the_capacity_twice() -> None:
     """A worker's Running can arrive before the heartbeat that counts the job's pods: the
@@ -289,3 +289,56 @@ async def test_a_status_message_names_ten_clusters_and_the_decision_has_them_all
     assert rejected.placement is not None
     assert [c.name for c in rejected.placement.clusters] == names
     assert all(c.reason and "can never fit" in c.reason for c in rejected.placement.clusters)
+
+
+async def test_a_waiting_job_is_not_republished_for_every_capacity_change() -> None:
+    """Free amounts move with every heartbeat, and with them the waiting reason: the hub
+    publishes the first reason at once and a changed one only after the interval, so many
+    waiting jobs on many clusters do not make a status per job per pass."""
+    bus = MemoryBus()
+    await bus.start()
+    topics = Topics(prefix="waiting")
+    hub = Hub(bus, topics, HubConfig(schedule_interval=0.05, waiting_status_interval=3600))
+    await hub.start()
+
+    async def beat(taken: int) -> None:
+        snapshot = cluster(
+            "east", node("n1", {"cpu": str(taken)}, cpu="8", memory="64Gi", pods="110")
+        )
+        event = make_event(EventType.CLUSTER_HEARTBEAT, "test", "east", snapshot)
+        await publish_event(bus, topics.clusters, "east", event)
+
+    def reason_now(uid: str) -> str:
+        record = hub.ledger.get(uid)
+        decision = record.decision if record is not None else None
+        return (decision.clusters[0].reason or "") if decision and decision.clusters else ""
+
+    async def waiting_messages(uid: str) -> list[str]:
+        await bus.flush()
+        return [
+            u.message or ""
+            async for e in events_to_end(bus, topics.status)
+            if (u := e.data_as(JobStatusUpdate)).uid == uid and u.reason == "WaitingForCapacity"
+        ]
+
+    try:
+        await beat(3)
+        await until(lambda: len(hub.clusters.all()) == 1)
+        uid = await submit_document(bus, topics, jax_job("waits", workers=1, cpu="6"))
+        await until(lambda: "most on one node 5" in reason_now(uid))
+        for taken in (4, 5, 4, 5, 4):
+            await beat(taken)
+            await until(lambda t=taken: f"most on one node {8 - t}" in reason_now(uid))
+        first = await waiting_messages(uid)
+        assert len(first) == 1 and "most on one node 5" in first[0], first
+        # Once the last reason has stood long enough, the newest one goes out.
+        hub.config.waiting_status_interval = 0.0
+        await until(
+            lambda: (r := hub.ledger.get(uid)) is not None and "node 4" in (r.message or "")
+        )
+        both = await waiting_messages(uid)
+        assert len(both) == 2 and "most on one node 4" in both[1], both
+        record = hub.ledger.get(uid)
+        assert record is not None and record.phase == JobPhase.QUEUED
+    finally:
+        await hub.stop()
