@@ -557,9 +557,17 @@ class Hub:
 
     async def schedule_pending(self) -> list[JobRecord]:
         """One scheduling pass; returns the jobs it placed (their assignments are not sent
-        yet: see `_send_assignments`)."""
+        yet: see `_send_assignments`).
+
+        A pass only ever takes capacity, so once a job found no room, a later job of the same
+        shape avoiding the same clusters finds none either: it gets that decision without
+        being planned again, and a backlog of look-alike jobs costs a pass one plan per shape.
+        (Capacity freed while the pass awaits its sends wakes another pass.)
+        """
         queued = self.ledger.in_phase(JobPhase.QUEUED)
         placed: list[JobRecord] = []
+        unplaced: dict[tuple[object, frozenset[str]], tuple[Placement, str]] = {}
+        """Decisions that found no room this pass, by shape, with their reasons."""
         in_flight = (
             self.ledger.in_phase(*IN_FLIGHT_PHASES) if self.turns.config.limits_queues else ()
         )
@@ -569,15 +577,22 @@ class Hub:
                 if held != record.message:
                     await self._publish_status(record, reason="WaitingForQueue", message=held)
                 continue
-            placement = self.plan(record.job, record.avoided())
+            excluded = record.avoided()
+            shape = (self.placer.shape_key(record.job), excluded)
+            found = unplaced.get(shape)
+            if found is None:
+                placement = self.plan(record.job, excluded)
+                if placement.chosen is not None:
+                    record.decision = placement.decision
+                    await self._assign(record, placement)
+                    self.turns.placed(record)
+                    placed.append(record)
+                    continue
+                found = unplaced[shape] = (placement, _reasons(placement.decision.clusters))
+            placement, reasons = found
             record.decision = placement.decision
-            if placement.chosen is not None:
-                await self._assign(record, placement)
-                self.turns.placed(record)
-                placed.append(record)
-            elif placement.never_fits:
+            if placement.never_fits:
                 record.phase = JobPhase.REJECTED
-                reasons = _reasons(placement.decision.clusters)
                 self.metrics.decisions.labels(outcome="rejected").inc()
                 await self._publish_status(
                     record,
@@ -585,14 +600,14 @@ class Hub:
                     message=f"the job fits no registered cluster: {reasons}",
                 )
             else:
-                await self._note_waiting(record, placement)
+                await self._note_waiting(record, reasons)
         return placed
 
-    async def _note_waiting(self, record: JobRecord, placement: Placement) -> None:
+    async def _note_waiting(self, record: JobRecord, reasons: str) -> None:
         """The first reason a job waits goes out at once; a changed one only once the last
         has stood for `waiting_status_interval` (passes run at least every second, so the
         newest reason is published at most that interval plus a pass late)."""
-        reasons = _reasons(placement.decision.clusters) or "no cluster has reported capacity yet"
+        reasons = reasons or "no cluster has reported capacity yet"
         if reasons == record.message:
             return
         now = time.monotonic()

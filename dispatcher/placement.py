@@ -173,6 +173,10 @@ class Placer:
             self._profiles.popitem(last=False)
         return profile
 
+    def shape_key(self, job: AnyJob) -> tuple[object, ...]:
+        """Equal keys are placed identically on the same clusters and reservations."""
+        return self._profile(job).key
+
     def plan(
         self,
         job: AnyJob,

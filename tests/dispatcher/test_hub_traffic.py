@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import time
+
 from bus.dead_letters import dead_letter_reason
 from bus.events import events_to_end, publish_event
 from bus.memory import MemoryBus
 from bus.topics import Topics
 from dispatcher.hub import Hub, HubConfig
 from dispatcher.ledger import JobRecord, Ledger
+from dispatcher.placement import Placement
 from schemas.events import EventType, JobAssigned, JobStatusUpdate, make_event
 from schemas.job_parsing import parse_job
+from schemas.kubeflow import AnyJob
 from schemas.run_policy import TRAINHUB_MANAGER
 from schemas.status import JobPhase
 from tests.helpers import cluster, jax_job, node, until
@@ -342,3 +346,35 @@ async def test_a_waiting_job_is_not_republished_for_every_capacity_change() -> N
         assert record is not None and record.phase == JobPhase.QUEUED
     finally:
         await hub.stop()
+
+
+async def test_a_pass_plans_a_backlog_of_look_alike_jobs_once_per_shape() -> None:
+    """Once a job found no room in a pass, the later jobs of its shape that avoid the same
+    clusters get its decision unplanned; other shapes and other exclusions are planned."""
+    bus = MemoryBus()
+    await bus.start()
+    topics = Topics(prefix="backlog")
+    await bus.create_topics(topics.shared_specs())
+    hub = Hub(bus, topics, HubConfig())
+    hub.clusters.update(cluster("east", node("n1", cpu="8", memory="64Gi", pods="110")))
+    planned: list[str] = []
+    plan = hub.plan
+
+    def counted(job: AnyJob, excluded: frozenset[str] = frozenset()) -> Placement:
+        planned.append(job.metadata.name)
+        return plan(job, excluded)
+
+    hub.plan = counted  # type: ignore[method-assign]
+    jobs = [jax_job(f"big-{i}", workers=1, cpu="6") for i in range(5)]
+    jobs.append(jax_job("small", workers=1, cpu="1"))
+    records = [JobRecord.of(parse_job(document), JobPhase.QUEUED) for document in jobs]
+    records[4].excluded = {"west": time.monotonic() + 600}
+    for record in records:
+        hub.ledger.put(record)
+    placed = await hub.schedule_pending()
+    assert [r.name for r in placed] == ["big-0", "small"]
+    assert planned == ["big-0", "big-1", "big-4", "small"]
+    for record in records[1:5]:
+        assert record.phase == JobPhase.QUEUED and record.reason == "WaitingForCapacity"
+        assert record.decision is not None and record.decision.chosen is None
+        assert "most on one node 2" in (record.decision.clusters[0].reason or "")
