@@ -16,6 +16,7 @@ from bus.base import Bus, Record
 from bus.events import EventConsumer, EventHandler, header_is, publish_event
 from bus.topics import Topics
 from dispatcher.demand import job_demand
+from dispatcher.expiry import COMPLETED, Expiries
 from dispatcher.fairness import IN_FLIGHT_PHASES, QueueTurns
 from dispatcher.gang_fit import NodeRoom, gang_fit
 from dispatcher.heartbeat_feed import HeartbeatFeedClock
@@ -92,6 +93,7 @@ class Hub:
         self.turns = QueueTurns(self.config.placement.fairness())
         self._tasks = TaskOwner("hub")
         self._wake = asyncio.Event()
+        self._expiries = Expiries()
         self._assignment_topics: set[str] = set()
         self._consumers: list[EventConsumer] = []
         self._replaying = False
@@ -300,14 +302,27 @@ class Hub:
         record = self.ledger.get(ref.uid)
         if record is None or record.phase == JobPhase.DELETED:
             return
+        await self._delete(record, "job deleted by its owner", "job deleted")
+
+    async def _delete(self, record: JobRecord, why: str, message: str) -> None:
         if record.cluster:
             # Finished jobs too: their pods may still be there (cleanPodPolicy None).
-            await self._revoke(record, "job deleted by its owner")
+            await self._revoke(record, why)
         self.reservations.release(record.uid)
         record.phase = JobPhase.DELETED
         self.metrics.training_operator.deleted(record)
-        await self._publish_status(record, reason="Deleted", message="job deleted")
+        await self._publish_status(record, reason="Deleted", message=message)
         self._wake.set()
+
+    async def _delete_expired(self) -> None:
+        """Delete the completed jobs whose ttlSecondsAfterFinished ran out."""
+        for expiry in self._expiries.due(time.time()):
+            record = self.ledger.get(expiry.uid)
+            if record is None or not self._expiries.still_applies(expiry, record):
+                continue
+            log.info("deleted after ttlSecondsAfterFinished", extra={"job": record.uid})
+            message = f"deleted ttlSecondsAfterFinished ({expiry.ttl}s) after it finished"
+            await self._delete(record, "ttlSecondsAfterFinished ran out", message)
 
     async def _on_suspended(self, ref: JobRef) -> None:
         record = self.ledger.get(ref.uid)
@@ -423,6 +438,9 @@ class Hub:
         job.phase = update.phase
         job.status = update.status
         job.reason, job.message = update.reason, update.message
+        if job.phase in COMPLETED:
+            completed = update.status.completionTime if update.status else None
+            self._expiries.add(job, completed or datetime.now(UTC))
         if job.phase.finished or job.phase == JobPhase.SUSPENDED:
             # Its pods are gone or terminal. A Running job keeps its reservation until a
             # heartbeat counts its pods (`reconcile`): Running can arrive first, and releasing
@@ -521,6 +539,7 @@ class Hub:
                 pass
             self._wake.clear()
             await self._check_clusters()
+            await self._delete_expired()
             self.ledger.compact_finished()
             placed = await self.schedule_pending()
             if placed:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime, timedelta
 
 from bus.dead_letters import dead_letter_reason
 from bus.events import events_to_end, publish_event
@@ -15,7 +16,7 @@ from schemas.events import EventType, JobAssigned, JobStatusUpdate, make_event
 from schemas.job_parsing import parse_job
 from schemas.kubeflow import AnyJob
 from schemas.run_policy import TRAINHUB_MANAGER
-from schemas.status import JobPhase
+from schemas.status import JobPhase, JobStatus
 from tests.helpers import cluster, jax_job, node, until
 from trainhub.producer import submit_document
 
@@ -378,3 +379,57 @@ async def test_a_pass_plans_a_backlog_of_look_alike_jobs_once_per_shape() -> Non
         assert record.phase == JobPhase.QUEUED and record.reason == "WaitingForCapacity"
         assert record.decision is not None and record.decision.chosen is None
         assert "most on one node 2" in (record.decision.clusters[0].reason or "")
+
+
+async def test_a_restarted_hub_deletes_a_job_whose_ttl_ran_out_by_its_completion_time() -> None:
+    """ttlSecondsAfterFinished counts from the job's completionTime, wall-clock: a hub
+    rebuilt from the status topic deletes the job when that time comes, once."""
+    bus = MemoryBus()
+    await bus.start()
+    topics = Topics(prefix="ttl")
+    first = Hub(bus, topics, HubConfig(schedule_interval=0.05))
+    await first.start()
+    snapshot = cluster("east", node("n1", cpu="64", memory="256Gi", pods="110"))
+    heartbeat = make_event(EventType.CLUSTER_HEARTBEAT, "test", "east", snapshot)
+    await publish_event(bus, topics.clusters, "east", heartbeat)
+    document = jax_job("brief", workers=1)
+    document["spec"]["runPolicy"]["ttlSecondsAfterFinished"] = 3600
+    uid = await submit_document(bus, topics, document)
+    try:
+        await until(lambda: first.ledger.count(JobPhase.ASSIGNED) == 1)
+        # Finished almost an hour ago: the hour is up two seconds from now.
+        completed = datetime.now(UTC) - timedelta(seconds=3598)
+        done = JobStatusUpdate(
+            uid=uid,
+            phase=JobPhase.SUCCEEDED,
+            cluster="east",
+            attempt=1,
+            sequence=1,
+            status=JobStatus(completionTime=completed),
+        )
+        event = make_event(EventType.JOB_STATUS, "worker/east", uid, done)
+        await publish_event(bus, topics.status, uid, event)
+        await until(lambda: first.ledger.count(JobPhase.SUCCEEDED) == 1)
+    finally:
+        await first.stop()
+    second = Hub(bus, topics, HubConfig(schedule_interval=0.05))
+    await second.start()
+    try:
+        assert second.ledger.get(uid).phase == JobPhase.SUCCEEDED  # type: ignore[union-attr]
+        await until(lambda: second.ledger.count(JobPhase.DELETED) == 1, timeout=10)
+        assert datetime.now(UTC) >= completed + timedelta(seconds=3600)
+        await bus.flush()
+    finally:
+        await second.stop()
+    deleted = [
+        u
+        async for e in events_to_end(bus, topics.status)
+        if (u := e.data_as(JobStatusUpdate)).phase == JobPhase.DELETED
+    ]
+    assert len(deleted) == 1 and "ttlSecondsAfterFinished (3600s)" in (deleted[0].message or "")
+    [revoked] = [
+        e
+        async for e in events_to_end(bus, topics.assignments("east"))
+        if e.type == EventType.JOB_REVOKED
+    ]
+    assert revoked.subject == uid

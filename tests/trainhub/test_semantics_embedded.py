@@ -155,20 +155,36 @@ async def test_a_permanent_exit_code_fails_without_a_restart(system: Embedded) -
     assert "exited with code 3 (restartPolicy ExitCode)" in (updates[-1].message or "")
 
 
-async def test_ttl_forgets_the_run_and_the_hub_keeps_the_final_status(system: Embedded) -> None:
-    uid = await system.submit(
-        jax("ttl", duration="0.1s", run_policy={"ttlSecondsAfterFinished": 1})
-    )
+async def test_ttl_deletes_the_job_so_its_name_can_be_submitted_again(system: Embedded) -> None:
+    """As Kubeflow's job objects are garbage-collected ttlSecondsAfterFinished after they
+    finish: the worker removes the run's objects, the hub deletes the job (its Succeeded
+    status stays in the history), and the same job can be submitted again and runs."""
+    document = jax("ttl", duration="0.1s", run_policy={"ttlSecondsAfterFinished": 1})
+    uid = await system.submit(document)
     await system.wait_finished([uid], timeout=20)
     worker = system.workers[0]
     assert uid in worker.runs
+    await _ledger_phase(system, uid, JobPhase.SUCCEEDED)
     async with asyncio.timeout(5):
         while True:
             if uid not in worker.runs:
                 break
             await asyncio.sleep(0.05)
     assert await worker.backend.job_uids() == set()
-    await _ledger_phase(system, uid, JobPhase.SUCCEEDED)
+    await _ledger_phase(system, uid, JobPhase.DELETED)
+    record = system.hub.ledger.get(uid)
+    assert record is not None and record.message is not None
+    assert "ttlSecondsAfterFinished (1s)" in record.message
+    again = await system.submit(document)
+    assert again == uid
+    async with asyncio.timeout(20):
+        while True:
+            record = system.hub.ledger.get(uid)
+            assert record is not None and record.reason != "AlreadyExists", record
+            if record.phase == JobPhase.SUCCEEDED:
+                break
+            await asyncio.sleep(0.05)
+    assert record.attempt == 2  # a new run: its worker cannot take it for the old one
 
 
 async def test_suspend_and_resume_reach_the_worker_on_its_assignments_topic(
