@@ -42,7 +42,7 @@ from schemas.events import (
 )
 from schemas.job_parsing import job_uid_of, parse_job
 from schemas.kubeflow import AnyJob
-from schemas.status import JobPhase
+from schemas.status import TTL_EXPIRED, JobPhase
 
 log = logging.getLogger(__name__)
 
@@ -304,14 +304,16 @@ class Hub:
             return
         await self._delete(record, "job deleted by its owner", "job deleted")
 
-    async def _delete(self, record: JobRecord, why: str, message: str) -> None:
+    async def _delete(
+        self, record: JobRecord, why: str, message: str, reason: str = "Deleted"
+    ) -> None:
         if record.cluster:
             # Finished jobs too: their pods may still be there (cleanPodPolicy None).
             await self._revoke(record, why)
         self.reservations.release(record.uid)
         record.phase = JobPhase.DELETED
         self.metrics.training_operator.deleted(record)
-        await self._publish_status(record, reason="Deleted", message=message)
+        await self._publish_status(record, reason=reason, message=message)
         self._wake.set()
 
     async def _delete_expired(self) -> None:
@@ -322,7 +324,7 @@ class Hub:
                 continue
             log.info("deleted after ttlSecondsAfterFinished", extra={"job": record.uid})
             message = f"deleted ttlSecondsAfterFinished ({expiry.ttl}s) after it finished"
-            await self._delete(record, "ttlSecondsAfterFinished ran out", message)
+            await self._delete(record, "ttlSecondsAfterFinished ran out", message, TTL_EXPIRED)
 
     async def _on_suspended(self, ref: JobRef) -> None:
         record = self.ledger.get(ref.uid)

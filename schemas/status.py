@@ -75,6 +75,10 @@ class JobPhase(StrEnum):
         return self in _FINISHED
 
 
+TTL_EXPIRED = "TTLExpired"
+"""The reason of the Deleted status the hub publishes when a job's ttlSecondsAfterFinished ran
+out: unlike a deletion by its owner, the job had finished, and its outcome still stands."""
+
 _FINISHED = {
     JobPhase.SKIPPED,
     JobPhase.REJECTED,

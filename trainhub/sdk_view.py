@@ -15,7 +15,7 @@ from bus.topics import Topics
 from schemas.codec import decode_event
 from schemas.errors import EventDecodeError
 from schemas.events import EventType, JobStatusUpdate, PlacementDecision
-from schemas.status import ConditionType, JobCondition, JobPhase, JobStatus
+from schemas.status import TTL_EXPIRED, ConditionType, JobCondition, JobPhase, JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -91,10 +91,11 @@ class TrainHubJob(BaseModel):
 
     def has_condition(self, ctype: str) -> bool:
         """The Kubeflow condition is True, or the phase says the same (before a worker
-        reported conditions, and for the hub's own final phases such as Rejected). A deleted
-        job has none: what it had is history."""
+        reported conditions, and for the hub's own final phases such as Rejected). A job
+        deleted by its owner has none: what it had is history. One deleted because its
+        ttlSecondsAfterFinished ran out had finished, and keeps the conditions it ended with."""
         if self.phase == JobPhase.DELETED:
-            return False
+            return self.reason == TTL_EXPIRED and self.status.is_true(ctype)
         if self.status.is_true(ctype):
             return True
         return self.phase is not None and _PHASE_CONDITIONS.get(self.phase) == ctype

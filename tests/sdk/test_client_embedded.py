@@ -206,3 +206,28 @@ async def test_logs_of_a_job_not_placed_are_unavailable(
     await client.wait_for_job_conditions("held", expected_conditions={"Suspended"}, timeout=10)
     with pytest.raises(LogsUnavailableError, match="runs on no cluster"):
         await client.get_job_logs("held")
+
+
+async def test_a_job_deleted_by_its_ttl_keeps_its_outcome_and_frees_its_name(
+    sim: AsyncTrainHubClient,
+) -> None:
+    """Waiting on a job whose ttlSecondsAfterFinished already ran out still tells how it
+    ended (a deletion by its owner does not); its name can be used again."""
+    client = sim
+    document = jax_job("brief", duration="0.1s")
+    document["spec"]["runPolicy"]["ttlSecondsAfterFinished"] = 0
+    await client.create_job(document)
+    await _until(client, "brief", JobPhase.DELETED)
+    job = await client.wait_for_job_conditions("brief", timeout=10)
+    assert job.phase == JobPhase.DELETED and job.reason == "TTLExpired"
+    assert await client.is_job_succeeded("brief") and not await client.is_job_failed("brief")
+    assert await client.list_jobs() == []
+    failing = jax_job("broken", duration="0.1s", exit_code="1")
+    failing["spec"]["runPolicy"]["ttlSecondsAfterFinished"] = 0
+    await client.create_job(failing)
+    await _until(client, "broken", JobPhase.DELETED)
+    with pytest.raises(JobFailedError, match="broken is Deleted"):
+        await client.wait_for_job_conditions("broken", timeout=10)
+    await client.create_job(document)
+    job = await client.wait_for_job_conditions("brief", timeout=20)
+    assert job.phase in (JobPhase.SUCCEEDED, JobPhase.DELETED) and job.attempt == 2

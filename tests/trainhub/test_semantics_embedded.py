@@ -173,7 +173,7 @@ async def test_ttl_deletes_the_job_so_its_name_can_be_submitted_again(system: Em
     assert await worker.backend.job_uids() == set()
     await _ledger_phase(system, uid, JobPhase.DELETED)
     record = system.hub.ledger.get(uid)
-    assert record is not None and record.message is not None
+    assert record is not None and record.message is not None and record.reason == "TTLExpired"
     assert "ttlSecondsAfterFinished (1s)" in record.message
     again = await system.submit(document)
     assert again == uid
