@@ -232,7 +232,19 @@ class Hub:
             job = parse_job(document)
         except JobInvalid as exc:
             uid = job_uid_of(document)
-            if uid is not None:
+            known = self.ledger.get(uid) if uid is not None else None
+            if known is not None and known.phase != JobPhase.DELETED:
+                # A job of that name exists: this submission is refused and the job left as
+                # it is (a Rejected status under its uid would end it for every reader).
+                await self._publish_status(
+                    known,
+                    reason="AlreadyExists",
+                    message=f"job {known.namespace or 'default'}/{known.name or known.uid} "
+                    "already exists "
+                    f"({known.phase.value}); this submission is also invalid: {exc}",
+                    submission=event.id,
+                )
+            elif uid is not None:
                 await self._publish_status(
                     JobRecord(uid=uid, phase=JobPhase.REJECTED), reason="Invalid", message=str(exc)
                 )

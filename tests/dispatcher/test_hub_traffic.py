@@ -12,7 +12,7 @@ from bus.topics import Topics
 from dispatcher.hub import Hub, HubConfig
 from dispatcher.ledger import JobRecord, Ledger
 from dispatcher.placement import Placement
-from schemas.events import EventType, JobAssigned, JobStatusUpdate, make_event
+from schemas.events import EventType, JobAssigned, JobStatusUpdate, JobSubmitted, make_event
 from schemas.job_parsing import parse_job
 from schemas.kubeflow import AnyJob
 from schemas.run_policy import TRAINHUB_MANAGER
@@ -433,3 +433,49 @@ async def test_a_restarted_hub_deletes_a_job_whose_ttl_ran_out_by_its_completion
         if e.type == EventType.JOB_REVOKED
     ]
     assert revoked.subject == uid
+
+
+async def test_an_invalid_resubmission_leaves_the_job_of_that_name_alone() -> None:
+    """An invalid document naming a job that exists is refused as that submission's answer:
+    no Rejected status under the job's uid, which every reader (and a restarted hub) would
+    take as the end of the running job."""
+    bus = MemoryBus()
+    await bus.start()
+    topics = Topics(prefix="invalid-again")
+    hub = Hub(bus, topics, HubConfig(schedule_interval=0.05))
+    await hub.start()
+    try:
+        snapshot = cluster("east", node("n1", cpu="64", memory="256Gi", pods="110"))
+        heartbeat = make_event(EventType.CLUSTER_HEARTBEAT, "test", "east", snapshot)
+        await publish_event(bus, topics.clusters, "east", heartbeat)
+        uid = await submit_document(bus, topics, jax_job("taken"))
+        await until(lambda: hub.ledger.count(JobPhase.ASSIGNED) == 1)
+        invalid = jax_job("taken")
+        invalid["apiVersion"] = "kubeflow.org/v9"
+        event = make_event(EventType.JOB_SUBMITTED, "test", uid, JobSubmitted(job=invalid))
+        await publish_event(bus, topics.jobs, uid, event)
+        await bus.flush()
+
+        # The refusal is published before the record is dead-lettered.
+        await until(lambda: bool(bus.records(topics.dead_letters)))
+        await bus.flush()
+        answered = [
+            u
+            async for e in events_to_end(bus, topics.status)
+            if (u := e.data_as(JobStatusUpdate)).submission == event.id
+        ]
+        [answer] = answered
+        assert answer.uid == uid and answer.reason == "AlreadyExists"
+        assert answer.phase == JobPhase.ASSIGNED, answer
+        assert "also invalid: apiVersion" in (answer.message or "")
+        reasons = [dead_letter_reason(r) or "" for r in bus.records(topics.dead_letters)]
+        assert any("kubeflow.org/v9" in reason for reason in reasons), reasons
+        assert hub.ledger.get(uid).phase == JobPhase.ASSIGNED  # type: ignore[union-attr]
+    finally:
+        await hub.stop()
+    restarted = Hub(bus, topics, HubConfig(schedule_interval=0.05))
+    await restarted.start()
+    try:
+        assert restarted.ledger.get(uid).phase == JobPhase.ASSIGNED  # type: ignore[union-attr]
+    finally:
+        await restarted.stop()
