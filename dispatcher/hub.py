@@ -40,7 +40,7 @@ from schemas.events import (
     PlacementDecision,
     make_event,
 )
-from schemas.job_parsing import job_uid_of, parse_job
+from schemas.job_parsing import job_uid_of, names_of, parse_job
 from schemas.kubeflow import AnyJob
 from schemas.status import TTL_EXPIRED, JobPhase
 
@@ -245,9 +245,8 @@ class Hub:
                     submission=event.id,
                 )
             elif uid is not None:
-                await self._publish_status(
-                    JobRecord(uid=uid, phase=JobPhase.REJECTED), reason="Invalid", message=str(exc)
-                )
+                record = JobRecord(uid=uid, phase=JobPhase.REJECTED, **names_of(document))
+                await self._publish_status(record, reason="Invalid", message=str(exc))
             log.warning("rejected invalid job: %s", exc, extra={"job": uid, "event": event.id})
             raise
         known = self.ledger.get(job.uid)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, TypeGuard
 
 import yaml
 from pydantic import ValidationError
@@ -29,6 +29,35 @@ def job_uid_of(document: Any) -> str | None:
     if isinstance(name, str) and isinstance(namespace, str) and 0 < len(name) <= 253:
         return derive_job_uid(namespace, name)
     return None
+
+
+class DocumentNames(TypedDict, total=False):
+    kind: str
+    name: str
+    namespace: str
+
+
+def names_of(document: Any) -> DocumentNames:
+    """The kind, name and namespace a document gives itself, those that are short strings:
+    what a status about a document that is not a valid job can still call it."""
+    found = DocumentNames()
+    if not isinstance(document, dict):
+        return found
+    meta = document.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    kind, name = document.get("kind"), meta.get("name")
+    namespace = meta.get("namespace", "default")
+    if _short_text(kind):
+        found["kind"] = kind
+    if _short_text(name):
+        found["name"] = name
+    if _short_text(namespace):
+        found["namespace"] = namespace
+    return found
+
+
+def _short_text(value: Any) -> TypeGuard[str]:
+    return isinstance(value, str) and 0 < len(value) <= 253
 
 
 MAX_DEPTH = 64

@@ -121,6 +121,12 @@ async def test_invalid_job_is_rejected_and_dead_lettered(system: Embedded) -> No
     final = await system.wait_finished([uid], timeout=20)
     assert final[uid].phase == JobPhase.REJECTED
     assert "replicas" in (final[uid].message or "") and "-3" in (final[uid].message or "")
+    # Invalid as a job, it is still called what it calls itself.
+    assert (final[uid].kind, final[uid].namespace, final[uid].name) == (
+        "JAXJob",
+        "default",
+        "broken",
+    )
     assert isinstance(system.bus, MemoryBus)
     dead = system.bus.records(system.topics.dead_letters)
     assert len(dead) == 1
