@@ -35,9 +35,6 @@ class Expiries:
     def __init__(self) -> None:
         self._heap: list[Expiry] = []
 
-    def __len__(self) -> int:
-        return len(self._heap)
-
     def add(self, record: JobRecord, completed: datetime) -> None:
         """Note a job that completed at `completed`, if its run policy sets a TTL."""
         if record.job is None or record.phase not in COMPLETED:

@@ -598,8 +598,8 @@ class Hub:
         """
         queued = self.ledger.in_phase(JobPhase.QUEUED)
         placed: list[JobRecord] = []
+        # Decisions that found no room this pass, by shape, with their reasons.
         unplaced: dict[tuple[object, frozenset[str]], tuple[Placement, str]] = {}
-        """Decisions that found no room this pass, by shape, with their reasons."""
         in_flight = (
             self.ledger.in_phase(*IN_FLIGHT_PHASES) if self.turns.config.limits_queues else ()
         )
