@@ -134,14 +134,15 @@ class PodDemand:
     """The whole demand, hashable: equal keys place identically."""
 
     def __post_init__(self) -> None:
+        # List comprehensions, not generators: a profile is built for every job placed.
         without = dict(self.requests)
         with_slot = dict(without)
         with_slot[_POD_SLOT] = with_slot.get(_POD_SLOT, _ZERO) + 1
-        positive = tuple((r, a) for r, a in without.items() if a > 0)
-        positive_slot = tuple((r, a) for r, a in with_slot.items() if a > 0)
+        positive = tuple([(r, a) for r, a in without.items() if a > 0])
+        positive_slot = tuple([(r, a) for r, a in with_slot.items() if a > 0])
         admission = (
-            tuple(sorted(self.node_selector.items())),
-            tuple((t.key, t.operator, t.value, t.effect) for t in self.tolerations),
+            tuple(sorted(self.node_selector.items())) if self.node_selector else (),
+            tuple([(t.key, t.operator, t.value, t.effect) for t in self.tolerations]),
             self.required_terms,
             self.problem,
         )

@@ -173,31 +173,33 @@ def surely_fits(
     candidates: Sequence[Sequence[int]],
     common: Sequence[int] = (),
     largest: PodDemand | None = None,
-) -> tuple[bool | None, int]:
+) -> tuple[bool | None, int, Sequence[int]]:
     """Decide `gang_fit` without packing where counting is enough.
 
     One replica type: best fit places a pod wherever one still fits, so the gang fits
-    exactly when the nodes' pod slots add up to the count; (False, slots) otherwise.
+    exactly when the nodes' pod slots add up to the count; (False, slots, ()) otherwise.
     Several: if the nodes admitting every type (`common`) hold enough slots for the
-    `largest_pod` of the gang, packing cannot get stuck (True); otherwise (None, 0): pack.
-    Nodes are visited last first, since best fit fills the first nodes first.
+    `largest_pod` of the gang, packing cannot get stuck (True); otherwise (None, 0, ()):
+    pack. Nodes are visited last first, since best fit fills the first nodes first.
+    With True come the nodes counted: while their free amounts stay, the gang still fits.
     """
     if not demands:
-        return True, 0
+        return True, 0, ()
     if len(demands) == 1:
         demand, nodes = demands[0], candidates[0]
     elif largest is not None:
         demand, nodes = largest, common
     else:
-        return None, 0
+        return None, 0, ()
     needs = demand.positive_needs
     wanted = demand.count
     total = 0
-    for index in reversed(nodes):
+    for position in range(len(nodes) - 1, -1, -1):
+        index = nodes[position]
         total += pod_slots(free_of(index), needs[pod_slot[index]])
         if total >= wanted:
-            return True, total
-    return (False, total) if len(demands) == 1 else (None, 0)
+            return True, total, nodes[position:]
+    return (False, total, ()) if len(demands) == 1 else (None, 0, ())
 
 
 def gang_fit(

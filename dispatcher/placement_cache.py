@@ -6,7 +6,8 @@ reservation version. A `Board` holds, for one job shape, the verdict on every cl
 last decision and their ranking; the next decision of that shape redoes only the clusters
 whose snapshot was replaced, whose reservations changed (from the reservations' change log)
 or whose heartbeat age matters, so its cost follows what changed rather than the fleet size.
-Every verdict is the same as a fresh evaluation would give.
+Within a cluster, a gang that fit is only counted again when the nodes that held it changed
+(the shape's witness). Every verdict is the same as a fresh evaluation would give.
 """
 
 from __future__ import annotations
@@ -113,6 +114,7 @@ class _ShapeState:
         "now",
         "outdated",
         "packing",
+        "witness",
     )
 
     def __init__(self, candidates: list[list[int]], profile: JobProfile) -> None:
@@ -135,12 +137,16 @@ class _ShapeState:
         self.now: Verdict | None = None
         self.outdated: set[int] = set()
         """Nodes whose entries in `packing` predate this snapshot."""
+        self.witness: tuple[tuple[str, int], ...] | None = None
+        """Nodes whose free amounts alone held the gang when last judged, with their
+        reservation versions then: while those stand, the gang still fits (only capacity
+        elsewhere moved), and judging it again need not count slots."""
 
     def carried(self, outdated: Iterable[int]) -> _ShapeState:
         """This state for the next snapshot of the same nodes: the verdicts are dropped, the
         packing heaps move over, to be refreshed on the `outdated` nodes."""
         moved = copy.copy(self)
-        moved.never, moved.judged, moved.now = None, False, None
+        moved.never, moved.judged, moved.now, moved.witness = None, False, None, None
         moved.outdated = self.outdated.union(outdated)
         self.packing = None
         return moved
@@ -287,7 +293,7 @@ class ClusterFacts:
         if refusal is not None:
             return rejected(self.name, refusal, never=True)
         nodes = self.snapshot.nodes
-        fits, _ = surely_fits(
+        fits, _, _ = surely_fits(
             lambda i: nodes[i].allocatable,
             self.pod_slot,
             profile.ordered,
@@ -371,6 +377,17 @@ class ClusterFacts:
         self._patched[index] = (version, patched)
         return patched
 
+    def _witness(self, nodes: Sequence[int]) -> tuple[tuple[str, int], ...]:
+        versions, names = self._node_versions, self.node_names
+        return tuple([(names[i], versions.get(names[i], 0)) for i in nodes])
+
+    def _witness_stands(self, witness: tuple[tuple[str, int], ...]) -> bool:
+        versions = self._node_versions
+        for name, version in witness:
+            if versions.get(name, 0) != version:
+                return False
+        return True
+
     def _rooms(self) -> list[NodeRoom]:
         if self._rooms_now is None:
             self._rooms_now = [
@@ -382,12 +399,19 @@ class ClusterFacts:
     def _judge_capacity(
         self, profile: JobProfile, shape: _ShapeState, context: Context, version: object
     ) -> Verdict:
-        self._at(context.reservations, version)
+        if version is None or version != self._version:
+            self._at(context.reservations, version)
         usage: Usage | None = None
         ordered = profile.ordered
-        fits, placed = surely_fits(
-            self.free_of, self.pod_slot, ordered, shape.candidates, shape.common, shape.largest
-        )
+        fits: bool | None
+        witness = shape.witness
+        if witness is not None and version is not None and self._witness_stands(witness):
+            fits, placed = True, 0
+        else:
+            fits, placed, counted = surely_fits(
+                self.free_of, self.pod_slot, ordered, shape.candidates, shape.common, shape.largest
+            )
+            shape.witness = self._witness(counted) if fits and version is not None else None
         reason: str | None = None
         if fits is None:
             usage, failure = best_fit(

@@ -152,7 +152,7 @@ def test_gang_fit_matches_the_plain_algorithm(gang: tuple[list[NodeRoom], list[P
     ordered = packing_order(demands)
     candidates = [admitting_nodes(nodes, d) for d in ordered]
     common = sorted(set(candidates[0]).intersection(*candidates[1:]))
-    fits, placed = surely_fits(
+    fits, placed, counted = surely_fits(
         lambda i: nodes[i].free,
         ["pods" in n.free for n in nodes],
         ordered,
@@ -162,6 +162,16 @@ def test_gang_fit_matches_the_plain_algorithm(gang: tuple[list[NodeRoom], list[P
     )
     if fits is not None:
         assert fits == expected.fits
+    if fits:  # the nodes counted alone hold the gang (or its largest pod)
+        assert counted
+        assert surely_fits(
+            lambda i: nodes[i].free,
+            ["pods" in n.free for n in nodes],
+            ordered,
+            [list(counted)] * len(ordered),
+            counted,
+            largest_pod(ordered) if len(ordered) > 1 else None,
+        )[0]
     if fits is False:
         assert (
             f"room for {placed} of" in (expected.reason or "")
@@ -447,6 +457,54 @@ def test_packing_follows_a_heartbeat_that_moves_free_capacity_between_nodes() ->
     second = placer.plan(job("b"), [moved], reservations=versioned, now=NOW)
     fresh = plan_placement(job("b"), [moved], now=NOW, cache=PlacementCache())
     assert second.usage == fresh.usage == {"n2": {"cpu": 1, "pods": 1}}
+
+
+def _worker_job(name: str, replicas: int, cpu: str) -> Any:
+    container = {"name": "jax", "image": "x", "resources": {"requests": {"cpu": cpu}}}
+    return parse_job(
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "JAXJob",
+            "metadata": {"name": name},
+            "spec": {
+                "runPolicy": {"managedBy": "trainhub.io/dispatcher"},
+                "jaxReplicaSpecs": {
+                    "Worker": {
+                        "replicas": replicas,
+                        "template": {"spec": {"containers": [container]}},
+                    }
+                },
+            },
+        }
+    )
+
+
+def test_a_gang_judged_to_fit_is_judged_again_when_the_nodes_that_held_it_fill_up() -> None:
+    # Judging a fitting gang again only rechecks the nodes whose slots made it fit (the last
+    # node here): reservations elsewhere keep the verdict, one on that node must overturn it.
+    nodes = [
+        NodeSnapshot(name=f"n{i}", allocatable={"cpu": cpu, "memory": 64 * GI, "pods": 110})
+        for i, cpu in enumerate([2, 8])
+    ]
+    only = ClusterSnapshot(name="only", nodes=nodes, observedAt=NOW)
+    placer, versioned = Placer(), VersionedReservations()
+    gang = _worker_job("gang", 4, "2")  # only n1 holds 4 x 2 cpu
+
+    def fits_now() -> bool:
+        placement = placer.plan(gang, [only], reservations=versioned, now=NOW)
+        fresh = plan_placement(
+            gang, [only], reservations=versioned, now=NOW, cache=PlacementCache()
+        )
+        assert placement.decision == fresh.decision
+        return placement.chosen is not None
+
+    assert fits_now()
+    versioned.reserve("only", "elsewhere", {"n0": {"cpu": Decimal(2), "pods": Decimal(1)}})
+    assert fits_now()  # n0 filled up: the gang still fits on n1
+    versioned.reserve("only", "there", {"n1": {"cpu": Decimal(1), "pods": Decimal(1)}})
+    assert not fits_now()  # one cpu less on n1: 3 slots of 2 cpu for 4 pods
+    versioned.release("there")
+    assert fits_now()
 
 
 def test_extreme_quantities_place_without_arithmetic_errors() -> None:
