@@ -209,6 +209,8 @@ def up(
         logs_dir=logs_dir,
         max_heartbeat_age=settings.max_heartbeat_age,
         placement=placement,
+        exclusion_seconds=settings.exclusion_seconds,
+        waiting_status_interval=settings.waiting_status_interval,
     )
     code = asyncio.run(_run_up(options, settings, documents, exit_on_finish, want_live(live)))
     raise typer.Exit(code)

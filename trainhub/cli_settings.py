@@ -17,16 +17,19 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 _PANEL = "Connection and settings (also TRAINHUB_* variables or --config FILE)"
 
 
+def _flag_type(annotation: Any) -> type:
+    """The flag's type from the setting's (`float | None` -> float); str for the rest
+    (strings and Literal choices, which the settings model then checks)."""
+    members = typing.get_args(annotation) if typing.get_origin(annotation) else (annotation,)
+    for kind in (int, float):
+        if kind in members:
+            return kind
+    return str
+
+
 def _flag(name: str) -> inspect.Parameter:
     field = TrainhubSettings.model_fields[name]
-    flag_type: Any = str if name not in ("metrics_port", "partitions", "replication") else int
-    if name in (
-        "heartbeat_interval",
-        "max_heartbeat_age",
-        "unschedulable_timeout",
-        "heartbeat_overdue_after",
-    ):
-        flag_type = float
+    flag_type: Any = _flag_type(field.annotation)
     option = typer.Option(
         f"--{name.replace('_', '-')}", help=field.description, rich_help_panel=_PANEL
     )

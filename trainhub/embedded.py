@@ -33,6 +33,8 @@ class EmbeddedOptions:
     heartbeat_interval: float = 1.0
     max_heartbeat_age: float = 10.0
     placement: PlacementConfig = field(default_factory=PlacementConfig)
+    exclusion_seconds: float = 300.0
+    waiting_status_interval: float = 30.0
     workdir: Path = field(default_factory=Path.cwd)
     logs_dir: Path | None = None
     sim_time_scale: float = 1.0
@@ -100,6 +102,8 @@ class Embedded:
                 max_heartbeat_age=options.max_heartbeat_age,
                 lost_after=options.max_heartbeat_age,
                 placement=options.placement,
+                exclusion_seconds=options.exclusion_seconds,
+                waiting_status_interval=options.waiting_status_interval,
             ),
             registry=self.registry,
         )

@@ -63,14 +63,21 @@ def tune_gc() -> None:
     gc.set_threshold(50_000, 20, 100)
 
 
+def hub_config(settings: TrainhubSettings) -> HubConfig:
+    """The hub's configuration from the settings (ValueError: invalid placement settings)."""
+    return HubConfig(
+        max_heartbeat_age=settings.max_heartbeat_age,
+        lost_after=settings.max_heartbeat_age,
+        placement=PlacementConfig.from_dict(settings.placement),
+        exclusion_seconds=settings.exclusion_seconds,
+        waiting_status_interval=settings.waiting_status_interval,
+    )
+
+
 async def run_hub(settings: TrainhubSettings) -> None:
     bus = make_bus(settings)
     registry = CollectorRegistry()
-    config = HubConfig(
-        max_heartbeat_age=settings.max_heartbeat_age, lost_after=settings.max_heartbeat_age
-    )
-    config.placement = PlacementConfig.from_dict(settings.placement)
-    hub = Hub(bus, settings.topics(), config, registry=registry)
+    hub = Hub(bus, settings.topics(), hub_config(settings), registry=registry)
 
     async def start() -> None:
         await bus.start()

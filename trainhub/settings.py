@@ -42,6 +42,18 @@ class TrainhubSettings(BaseSettings):
     max_heartbeat_age: float = Field(
         default=30.0, gt=0, description="Seconds after which a cluster's heartbeat is stale."
     )
+    exclusion_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="Hub: seconds a job avoids a cluster that lost it or handed it back "
+        "(pods unschedulable there).",
+    )
+    waiting_status_interval: float = Field(
+        default=30.0,
+        ge=0,
+        description="Hub: seconds a waiting job's published WaitingForCapacity reason stands "
+        "before a changed one is published (the first goes out at once).",
+    )
     heartbeat_overdue_after: float | None = Field(
         default=None,
         gt=0,
