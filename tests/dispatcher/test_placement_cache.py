@@ -364,6 +364,26 @@ def test_job_demand_is_read_once_per_replica_type() -> None:
     assert [(d.replica_type, d.count) for d in job_demand(job)] == [("Master", 1), ("Worker", 3)]
 
 
+def _worker_job(name: str, replicas: int, cpu: str) -> Any:
+    container = {"name": "jax", "image": "x", "resources": {"requests": {"cpu": cpu}}}
+    return parse_job(
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "JAXJob",
+            "metadata": {"name": name},
+            "spec": {
+                "runPolicy": {"managedBy": "trainhub.io/dispatcher"},
+                "jaxReplicaSpecs": {
+                    "Worker": {
+                        "replicas": replicas,
+                        "template": {"spec": {"containers": [container]}},
+                    }
+                },
+            },
+        }
+    )
+
+
 def test_repeated_placements_on_one_cluster_pack_like_fresh_ones() -> None:
     nodes = [
         NodeSnapshot(name=f"n{i}", allocatable={"cpu": 4 + i, "memory": 64 * GI, "pods": 110})
@@ -421,62 +441,16 @@ def test_packing_follows_a_heartbeat_that_moves_free_capacity_between_nodes() ->
         ]
         return ClusterSnapshot(name="one", nodes=nodes, observedAt=NOW, sequence=sequence)
 
-    def job(name: str) -> Any:
-        return parse_job(
-            {
-                "apiVersion": "kubeflow.org/v1",
-                "kind": "JAXJob",
-                "metadata": {"name": name},
-                "spec": {
-                    "runPolicy": {"managedBy": "trainhub.io/dispatcher"},
-                    "jaxReplicaSpecs": {
-                        "Worker": {
-                            "replicas": 1,
-                            "template": {
-                                "spec": {
-                                    "containers": [
-                                        {
-                                            "name": "jax",
-                                            "image": "x",
-                                            "resources": {"requests": {"cpu": "1"}},
-                                        }
-                                    ]
-                                }
-                            },
-                        }
-                    },
-                },
-            }
-        )
-
     placer, versioned = Placer(), VersionedReservations()
-    first = placer.plan(job("a"), [snapshot([6, 0, 0], 1)], reservations=versioned, now=NOW)
+    first = placer.plan(
+        _worker_job("a", 1, "1"), [snapshot([6, 0, 0], 1)], reservations=versioned, now=NOW
+    )
     assert first.usage == {"n0": {"cpu": 1, "pods": 1}}
     # The pods on n0 ended and n2 filled up: best fit must now pick n2.
     moved = snapshot([0, 0, 5], 2)
-    second = placer.plan(job("b"), [moved], reservations=versioned, now=NOW)
-    fresh = plan_placement(job("b"), [moved], now=NOW, cache=PlacementCache())
+    second = placer.plan(_worker_job("b", 1, "1"), [moved], reservations=versioned, now=NOW)
+    fresh = plan_placement(_worker_job("b", 1, "1"), [moved], now=NOW, cache=PlacementCache())
     assert second.usage == fresh.usage == {"n2": {"cpu": 1, "pods": 1}}
-
-
-def _worker_job(name: str, replicas: int, cpu: str) -> Any:
-    container = {"name": "jax", "image": "x", "resources": {"requests": {"cpu": cpu}}}
-    return parse_job(
-        {
-            "apiVersion": "kubeflow.org/v1",
-            "kind": "JAXJob",
-            "metadata": {"name": name},
-            "spec": {
-                "runPolicy": {"managedBy": "trainhub.io/dispatcher"},
-                "jaxReplicaSpecs": {
-                    "Worker": {
-                        "replicas": replicas,
-                        "template": {"spec": {"containers": [container]}},
-                    }
-                },
-            },
-        }
-    )
 
 
 def test_a_gang_judged_to_fit_is_judged_again_when_the_nodes_that_held_it_fill_up() -> None:
