@@ -25,10 +25,7 @@ _JOB_UID_NAMESPACE = uuid.UUID("6f1d4c62-3f0e-4b8e-9a53-9d7a1f2f7a10")
 
 
 @functools.lru_cache(maxsize=1 << 16)  # asked for several times per event on the hot path
-@functools.lru_cache(maxsize=16_384)
 def derive_job_uid(namespace: str, name: str) -> str:
-    # Kept: a job's uid is read many times per event (ledger, statuses, keys), and each
-    # derivation is a SHA-1.
     return str(uuid.uuid5(_JOB_UID_NAMESPACE, f"{namespace}/{name}"))
 
 
