@@ -207,7 +207,9 @@ class ClusterFacts:
         self.observed_at = observed.timestamp() if observed is not None else None
         """The observation time in seconds since the epoch, for cheap age checks."""
         self.unhealthy = (
-            None if snapshot.healthy else rejected(self.name, "cluster reports unhealthy")
+            None
+            if snapshot.healthy
+            else rejected(self.name, snapshot.unhealthyReason or "cluster reports unhealthy")
         )
         self.shapes: dict[int, _ShapeState] = {}
         self._admitting: dict[tuple[object, ...], list[int]] = {}

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 
+from dispatcher.worker_instances import InstanceWatch
 from schemas.cluster import ClusterSnapshot
+
+log = logging.getLogger(__name__)
 
 
 class ClusterRegistry:
@@ -13,9 +17,17 @@ class ClusterRegistry:
         self._clusters: dict[str, ClusterSnapshot] = {}
         self._listed: list[ClusterSnapshot] | None = None
         """`all()`, kept between heartbeats: every decision reads it."""
+        self.instances = InstanceWatch(max_heartbeat_age)
+        self._conflicts: set[str] = set()
 
     def update(self, snapshot: ClusterSnapshot) -> bool:
-        """Keep the newest snapshot per cluster; False when this one is older than ours."""
+        """Keep the newest snapshot per cluster; False when this one is older than ours.
+        A name two worker processes report in turns is kept unhealthy, with the reason."""
+        observed = snapshot.observedAt
+        if observed is not None and observed.tzinfo is None:
+            observed = observed.replace(tzinfo=UTC)
+        if observed is not None:
+            self.instances.observe(snapshot.name, snapshot.instance, observed)
         known = self._clusters.get(snapshot.name)
         if (
             known is not None
@@ -24,9 +36,27 @@ class ClusterRegistry:
             and (known.observedAt and snapshot.observedAt <= known.observedAt)
         ):
             return False
+        conflict = None
+        if observed is not None:
+            conflict = self.instances.conflict(snapshot.name, observed)
+        self._note_conflict(snapshot.name, conflict)
+        if conflict is not None:
+            snapshot = snapshot.model_copy(update={"healthy": False, "unhealthyReason": conflict})
         self._clusters[snapshot.name] = snapshot
         self._listed = None
         return True
+
+    def _note_conflict(self, cluster: str, conflict: str | None) -> None:
+        if conflict is not None and cluster not in self._conflicts:
+            self._conflicts.add(cluster)
+            log.error("not placing on %s: %s", cluster, conflict, extra={"cluster": cluster})
+        elif conflict is None and cluster in self._conflicts:
+            self._conflicts.discard(cluster)
+            log.warning(
+                "one worker process reports %s again: placing there again",
+                cluster,
+                extra={"cluster": cluster},
+            )
 
     def get(self, name: str) -> ClusterSnapshot | None:
         return self._clusters.get(name)

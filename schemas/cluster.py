@@ -83,6 +83,15 @@ class ClusterSnapshot(BaseModel):
         default_factory=list, description="Uids of the jobs whose pods `requested` counts."
     )
     sequence: int = Field(default=0, ge=0)
+    instance: str | None = Field(
+        default=None,
+        max_length=64,
+        description="The reporting worker process, random per start: the hub refuses to place "
+        "on a name two processes report in turns.",
+    )
+    unhealthyReason: str | None = Field(
+        default=None, max_length=1024, description="Why `healthy` is false, when known."
+    )
     policy: ClusterPolicy = Field(default_factory=ClusterPolicy)
     weight: float | None = Field(
         default=None,

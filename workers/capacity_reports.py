@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
@@ -58,6 +59,9 @@ class CapacityReports:
         self._locks = locks
         self._sweep = sweep
         self._sequence = 0
+        self._instance = uuid.uuid4().hex[:12]
+        """This process among any others reporting the same cluster name (a misconfiguration
+        the hub detects)."""
         self._reporting = asyncio.Lock()
         """One capacity read and report at a time: two reads in flight could otherwise be
         reported in the order they completed, the older picture last, and the hub would take
@@ -171,6 +175,7 @@ class CapacityReports:
             namespaces=config.namespaces,
             backend=self._backend.kind,
             sequence=self._sequence,
+            instance=self._instance,
             jobs=sorted(capacity.jobs),
             policy=config.policy,
             weight=config.weight,

@@ -559,3 +559,15 @@ async def test_stop_lets_the_assignment_in_hand_finish_and_commit() -> None:
         assert h.committed() == 1
     finally:
         await bus.close()
+
+
+async def test_heartbeats_name_the_reporting_process() -> None:
+    # The hub tells a restart (a new instance for good) from two workers sharing a name.
+    async with running(sim()) as first:
+        await first.until(lambda: len(first.heartbeats()) >= 2)
+        instances = {s.instance for s in first.heartbeats()}
+    async with running(sim()) as second:
+        await second.until(lambda: len(second.heartbeats()) >= 1)
+        restarted = second.heartbeats()[0].instance
+    assert len(instances) == 1 and None not in instances
+    assert restarted is not None and restarted not in instances
