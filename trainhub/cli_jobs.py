@@ -220,6 +220,7 @@ def cluster_row(snapshot: ClusterSnapshot, max_age: float) -> dict[str, Any]:
         "name": snapshot.name,
         "healthy": snapshot.healthy and age <= max_age,
         "reportsHealthy": snapshot.healthy,
+        "unhealthyReason": snapshot.unhealthyReason,
         "heartbeatAgeSeconds": round(age, 1),
         "nodes": len(snapshot.nodes),
         "backend": snapshot.backend,
@@ -260,11 +261,12 @@ def get_clusters(
 
     A cluster whose last heartbeat is older than --max-heartbeat-age is shown unhealthy."""
 
+    max_age = settings.max_heartbeat_age
+
     async def work(client: AsyncTrainHubClient) -> list[ClusterSnapshot]:
-        return await client.list_clusters()
+        return await client.list_clusters(window=max_age)
 
     clusters = _with_client(settings, work)
-    max_age = settings.max_heartbeat_age
     if output in (ListOutput.json, ListOutput.yaml):
         _dump([cluster_row(c, max_age) for c in clusters], output.value)
         return

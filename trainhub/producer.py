@@ -10,6 +10,7 @@ from typing import Any
 from bus.base import Bus
 from bus.events import events_to_end, publish_event
 from bus.topics import Topics
+from dispatcher.worker_instances import InstanceWatch
 from schemas.cluster import ClusterSnapshot
 from schemas.codec import decode_event
 from schemas.errors import EventDecodeError
@@ -173,15 +174,32 @@ async def request_logs(
         await subscription.stop()
 
 
-async def read_clusters(bus: Bus, topics: Topics) -> dict[str, ClusterSnapshot]:
-    """The newest heartbeat of every cluster on the clusters topic (read to its end)."""
+async def read_clusters(
+    bus: Bus, topics: Topics, window: float = 30.0
+) -> dict[str, ClusterSnapshot]:
+    """The newest heartbeat of every cluster on the clusters topic (read to its end). A name
+    two worker processes reported in turns within `window` seconds of its newest heartbeat
+    comes back unhealthy, with the reason, as the hub sees it."""
     clusters: dict[str, ClusterSnapshot] = {}
+    instances = InstanceWatch(window)
     async for event in events_to_end(bus, topics.clusters):
         if event.type != EventType.CLUSTER_HEARTBEAT:
             continue
         # One partition, in the order written: the last heartbeat is the newest.
         snapshot = event.data_as(ClusterSnapshot)
+        observed = snapshot.observedAt or event.time
+        if observed.tzinfo is None:
+            observed = observed.replace(tzinfo=UTC)
         if snapshot.observedAt is None:
-            snapshot = snapshot.model_copy(update={"observedAt": event.time})
+            snapshot = snapshot.model_copy(update={"observedAt": observed})
+        instances.observe(snapshot.name, snapshot.instance, observed)
         clusters[snapshot.name] = snapshot
+    for name, snapshot in clusters.items():
+        observed = snapshot.observedAt or datetime.now(UTC)
+        if observed.tzinfo is None:
+            observed = observed.replace(tzinfo=UTC)
+        conflict = instances.conflict(name, observed)
+        if conflict is not None:
+            update = {"healthy": False, "unhealthyReason": conflict}
+            clusters[name] = snapshot.model_copy(update=update)
     return clusters

@@ -500,10 +500,11 @@ class AsyncTrainHubClient:
 
     # -- clusters and the status stream ---------------------------------------------------
 
-    async def list_clusters(self) -> list[ClusterSnapshot]:
-        """The newest heartbeat of every member cluster, by name."""
+    async def list_clusters(self, window: float = 30.0) -> list[ClusterSnapshot]:
+        """The newest heartbeat of every member cluster, by name; one that two worker
+        processes reported in turns within `window` seconds is unhealthy, with the reason."""
         bus, _ = await self._connected()
-        clusters = await read_clusters(bus, self.topics)
+        clusters = await read_clusters(bus, self.topics, window)
         return [clusters[name] for name in sorted(clusters)]
 
     async def stream(

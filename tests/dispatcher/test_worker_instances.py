@@ -18,7 +18,8 @@ from schemas.cluster import ClusterSnapshot
 from schemas.events import EventType, JobStatusUpdate, make_event
 from schemas.status import JobPhase
 from tests.helpers import cluster, jax_job, node, until
-from trainhub.producer import submit_document
+from trainhub.cli_jobs import cluster_row
+from trainhub.producer import read_clusters, submit_document
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
@@ -107,3 +108,25 @@ async def test_the_hub_places_nothing_on_a_name_two_workers_report() -> None:
     statuses = [e.data_as(JobStatusUpdate) async for e in events_to_end(bus, topics.status)]
     waiting = [u for u in statuses if u.uid == uid and u.reason == "WaitingForCapacity"]
     assert waiting and "instances a and b" in (waiting[0].message or "")
+
+
+async def test_clusters_as_read_by_users_show_the_conflict_too() -> None:
+    # `trainhub get clusters` and the SDK read the heartbeats themselves, not the hub.
+    bus = MemoryBus()
+    await bus.start()
+    topics = Topics(prefix="twins-read")
+    await bus.create_topics(topics.shared_specs())
+    free = node("n1", cpu="8", memory="32Gi", pods="110")
+    for second, instance in [(0, "a"), (1, "b"), (2, "a")]:
+        await _heartbeat(
+            bus, topics, cluster("east", free, instance=instance, observedAt=_at(second))
+        )
+    for second, instance in [(0, "c"), (5, "d"), (10, "d")]:  # west: a restart
+        await _heartbeat(
+            bus, topics, cluster("west", free, instance=instance, observedAt=_at(second))
+        )
+    clusters = await read_clusters(bus, topics, window=30)
+    assert not clusters["east"].healthy
+    assert "instances a and b" in (clusters["east"].unhealthyReason or "")
+    assert clusters["west"].healthy and clusters["west"].unhealthyReason is None
+    assert cluster_row(clusters["east"], max_age=1e9)["unhealthyReason"] is not None
