@@ -6,7 +6,11 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from bus.base import Bus
+from bus.events import publish_event
+from bus.topics import Topics
 from schemas.cluster import ClusterSnapshot, NodeSnapshot
+from schemas.events import EventType, make_event
 from schemas.quantity import parse_quantity
 
 
@@ -69,6 +73,12 @@ def node(name: str, requested: dict[str, str] | None = None, **allocatable: str)
 
 def cluster(name: str, *nodes: NodeSnapshot, **fields: Any) -> ClusterSnapshot:
     return ClusterSnapshot(name=name, nodes=list(nodes), **fields)
+
+
+async def publish_heartbeat(bus: Bus, topics: Topics, snapshot: ClusterSnapshot) -> None:
+    """Publish `snapshot` as its cluster's heartbeat, as a worker would."""
+    event = make_event(EventType.CLUSTER_HEARTBEAT, "test", snapshot.name, snapshot)
+    await publish_event(bus, topics.clusters, snapshot.name, event)
 
 
 async def until(check: Callable[[], bool], timeout: float = 10.0) -> None:

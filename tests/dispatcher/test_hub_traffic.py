@@ -12,20 +12,13 @@ from bus.topics import Topics
 from dispatcher.hub import Hub, HubConfig
 from dispatcher.ledger import JobRecord, Ledger
 from dispatcher.placement import Placement
-from schemas.cluster import ClusterSnapshot
 from schemas.events import EventType, JobAssigned, JobStatusUpdate, JobSubmitted, make_event
 from schemas.job_parsing import parse_job
 from schemas.kubeflow import AnyJob
 from schemas.run_policy import TRAINHUB_MANAGER
 from schemas.status import JobPhase, JobStatus
-from tests.helpers import cluster, jax_job, node, until
+from tests.helpers import cluster, jax_job, node, publish_heartbeat, until
 from trainhub.producer import submit_document
-
-
-async def _heartbeat(bus: MemoryBus, topics: Topics, snapshot: ClusterSnapshot) -> None:
-    """Publish `snapshot` as its cluster's heartbeat."""
-    event = make_event(EventType.CLUSTER_HEARTBEAT, "test", snapshot.name, snapshot)
-    await publish_event(bus, topics.clusters, snapshot.name, event)
 
 
 async def test_each_job_gets_one_assignment_after_its_assigned_status() -> None:
@@ -36,7 +29,7 @@ async def test_each_job_gets_one_assignment_after_its_assigned_status() -> None:
     await hub.start()
     try:
         snapshot = cluster("east", node("n1", cpu="64", memory="256Gi", pods="110"))
-        await _heartbeat(bus, topics, snapshot)
+        await publish_heartbeat(bus, topics, snapshot)
         uids = [await submit_document(bus, topics, jax_job(f"t-{i}")) for i in range(6)]
         await until(lambda: hub.ledger.count(JobPhase.ASSIGNED) == len(uids))
         await bus.flush()
@@ -204,7 +197,7 @@ async def test_a_finished_job_is_kept_as_a_summary_and_still_refuses_resubmissio
 
     try:
         snapshot = cluster("east", node("n1", cpu="64", memory="256Gi", pods="110"))
-        await _heartbeat(bus, topics, snapshot)
+        await publish_heartbeat(bus, topics, snapshot)
         done = await submit_document(bus, topics, jax_job("done"))
         running = await submit_document(bus, topics, jax_job("running"))
         await until(lambda: hub.ledger.count(JobPhase.ASSIGNED) == 2)
@@ -248,7 +241,7 @@ async def test_the_assignment_names_the_chosen_cluster_and_the_status_keeps_ever
     try:
         for name, cpu in (("east", "64"), ("west", "8"), ("tiny", "1")):
             snapshot = cluster(name, node("n1", cpu=cpu, memory="256Gi", pods="110"))
-            await _heartbeat(bus, topics, snapshot)
+            await publish_heartbeat(bus, topics, snapshot)
         await until(lambda: len(hub.clusters.all()) == 3)
         uid = await submit_document(bus, topics, jax_job("spread", cpu="2"))
         await until(lambda: hub.ledger.count(JobPhase.ASSIGNED) == 1)
@@ -281,7 +274,7 @@ async def test_a_status_message_names_ten_clusters_and_the_decision_has_them_all
     try:
         for name in names:
             snapshot = cluster(name, node("n1", cpu="4", memory="16Gi", pods="110"))
-            await _heartbeat(bus, topics, snapshot)
+            await publish_heartbeat(bus, topics, snapshot)
         await until(lambda: len(hub.clusters.all()) == len(names))
         uid = await submit_document(bus, topics, jax_job("huge", workers=1, cpu="64"))
         await until(lambda: hub.ledger.count(JobPhase.REJECTED) == 1)
@@ -313,7 +306,7 @@ async def test_a_waiting_job_is_not_republished_for_every_capacity_change() -> N
         snapshot = cluster(
             "east", node("n1", {"cpu": str(taken)}, cpu="8", memory="64Gi", pods="110")
         )
-        await _heartbeat(bus, topics, snapshot)
+        await publish_heartbeat(bus, topics, snapshot)
 
     def reason_now(uid: str) -> str:
         record = hub.ledger.get(uid)
@@ -392,7 +385,7 @@ async def test_a_restarted_hub_deletes_a_job_whose_ttl_ran_out_by_its_completion
     first = Hub(bus, topics, HubConfig(schedule_interval=0.05))
     await first.start()
     snapshot = cluster("east", node("n1", cpu="64", memory="256Gi", pods="110"))
-    await _heartbeat(bus, topics, snapshot)
+    await publish_heartbeat(bus, topics, snapshot)
     document = jax_job("brief", workers=1)
     document["spec"]["runPolicy"]["ttlSecondsAfterFinished"] = 3600
     uid = await submit_document(bus, topics, document)
@@ -447,7 +440,7 @@ async def test_an_invalid_resubmission_leaves_the_job_of_that_name_alone() -> No
     await hub.start()
     try:
         snapshot = cluster("east", node("n1", cpu="64", memory="256Gi", pods="110"))
-        await _heartbeat(bus, topics, snapshot)
+        await publish_heartbeat(bus, topics, snapshot)
         uid = await submit_document(bus, topics, jax_job("taken"))
         await until(lambda: hub.ledger.count(JobPhase.ASSIGNED) == 1)
         invalid = jax_job("taken")

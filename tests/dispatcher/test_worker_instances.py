@@ -8,16 +8,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bus.events import events_to_end, publish_event
+from bus.events import events_to_end
 from bus.memory import MemoryBus
 from bus.topics import Topics
 from dispatcher.hub import Hub, HubConfig
 from dispatcher.registry import ClusterRegistry
 from dispatcher.worker_instances import InstanceWatch
-from schemas.cluster import ClusterSnapshot
-from schemas.events import EventType, JobStatusUpdate, make_event
+from schemas.events import JobStatusUpdate
 from schemas.status import JobPhase
-from tests.helpers import cluster, jax_job, node, until
+from tests.helpers import cluster, jax_job, node, publish_heartbeat, until
 from trainhub.cli_jobs import cluster_row
 from trainhub.producer import read_clusters, submit_document
 
@@ -74,11 +73,6 @@ def test_the_registry_keeps_a_contested_cluster_unhealthy_with_the_reason(
     assert any("placing there again" in r.getMessage() for r in caplog.records)
 
 
-async def _heartbeat(bus: MemoryBus, topics: Topics, snapshot: ClusterSnapshot) -> None:
-    event = make_event(EventType.CLUSTER_HEARTBEAT, "test", snapshot.name, snapshot)
-    await publish_event(bus, topics.clusters, snapshot.name, event)
-
-
 async def test_the_hub_places_nothing_on_a_name_two_workers_report() -> None:
     bus = MemoryBus()
     await bus.start()
@@ -89,7 +83,9 @@ async def test_the_hub_places_nothing_on_a_name_two_workers_report() -> None:
     try:
         for instance in ("a", "b", "a"):
             now = datetime.now(UTC)
-            await _heartbeat(bus, topics, cluster("east", free, instance=instance, observedAt=now))
+            await publish_heartbeat(
+                bus, topics, cluster("east", free, instance=instance, observedAt=now)
+            )
         uid = await submit_document(bus, topics, jax_job("twin"))
         await until(lambda: (r := hub.ledger.get(uid)) is not None and r.reason != "Queued")
         record = hub.ledger.get(uid)
@@ -99,7 +95,9 @@ async def test_the_hub_places_nothing_on_a_name_two_workers_report() -> None:
         async with asyncio.timeout(10):
             while record.phase == JobPhase.QUEUED:
                 now = datetime.now(UTC)
-                await _heartbeat(bus, topics, cluster("east", free, instance="a", observedAt=now))
+                await publish_heartbeat(
+                    bus, topics, cluster("east", free, instance="a", observedAt=now)
+                )
                 await asyncio.sleep(0.2)
         assert record.phase == JobPhase.ASSIGNED and record.cluster == "east"
         await bus.flush()
@@ -118,11 +116,11 @@ async def test_clusters_as_read_by_users_show_the_conflict_too() -> None:
     await bus.create_topics(topics.shared_specs())
     free = node("n1", cpu="8", memory="32Gi", pods="110")
     for second, instance in [(0, "a"), (1, "b"), (2, "a")]:
-        await _heartbeat(
+        await publish_heartbeat(
             bus, topics, cluster("east", free, instance=instance, observedAt=_at(second))
         )
     for second, instance in [(0, "c"), (5, "d"), (10, "d")]:  # west: a restart
-        await _heartbeat(
+        await publish_heartbeat(
             bus, topics, cluster("west", free, instance=instance, observedAt=_at(second))
         )
     clusters = await read_clusters(bus, topics, window=30)
