@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
 from bus.dead_letters import dead_letter_reason
@@ -21,20 +23,28 @@ from tests.helpers import cluster, jax_job, node, publish_heartbeat, until
 from trainhub.producer import submit_document
 
 
-async def test_each_job_gets_one_assignment_after_its_assigned_status() -> None:
+@asynccontextmanager
+async def _hub_beside_roomy_east(prefix: str) -> AsyncIterator[tuple[MemoryBus, Topics, Hub]]:
+    """A started bus and hub (a pass every 50 ms) that has heard from one roomy cluster,
+    east; the hub is stopped on leaving, the bus left open to read."""
     bus = MemoryBus()
     await bus.start()
-    topics = Topics(prefix="traffic")
+    topics = Topics(prefix=prefix)
     hub = Hub(bus, topics, HubConfig(schedule_interval=0.05))
     await hub.start()
     try:
-        snapshot = cluster("east", node("n1", cpu="64", memory="256Gi", pods="110"))
-        await publish_heartbeat(bus, topics, snapshot)
+        roomy = cluster("east", node("n1", cpu="64", memory="256Gi", pods="110"))
+        await publish_heartbeat(bus, topics, roomy)
+        yield bus, topics, hub
+    finally:
+        await hub.stop()
+
+
+async def test_each_job_gets_one_assignment_after_its_assigned_status() -> None:
+    async with _hub_beside_roomy_east("traffic") as (bus, topics, hub):
         uids = [await submit_document(bus, topics, jax_job(f"t-{i}")) for i in range(6)]
         await until(lambda: hub.ledger.count(JobPhase.ASSIGNED) == len(uids))
         await bus.flush()
-    finally:
-        await hub.stop()
     assignments = [
         e
         async for e in events_to_end(bus, topics.assignments("east"))
@@ -184,20 +194,13 @@ async def test_a_restarted_hub_keeps_the_reservation_of_a_job_no_heartbeat_count
 async def test_a_finished_job_is_kept_as_a_summary_and_still_refuses_resubmissions() -> None:
     """A long-running hub must not hold every job it ever ran in full: once finished, a
     record keeps its summary, and what it answers to resubmissions does not change."""
-    bus = MemoryBus()
-    await bus.start()
-    topics = Topics(prefix="compact")
-    hub = Hub(bus, topics, HubConfig(schedule_interval=0.05))
-    await hub.start()
 
     async def worker_says(uid: str, phase: JobPhase, sequence: int) -> None:
         update = JobStatusUpdate(uid=uid, phase=phase, cluster="east", attempt=1, sequence=sequence)
         event = make_event(EventType.JOB_STATUS, "worker/east", uid, update)
         await publish_event(bus, topics.status, uid, event)
 
-    try:
-        snapshot = cluster("east", node("n1", cpu="64", memory="256Gi", pods="110"))
-        await publish_heartbeat(bus, topics, snapshot)
+    async with _hub_beside_roomy_east("compact") as (bus, topics, hub):
         done = await submit_document(bus, topics, jax_job("done"))
         running = await submit_document(bus, topics, jax_job("running"))
         await until(lambda: hub.ledger.count(JobPhase.ASSIGNED) == 2)
@@ -221,8 +224,6 @@ async def test_a_finished_job_is_kept_as_a_summary_and_still_refuses_resubmissio
         reason = dead_letter_reason(bus.records(topics.dead_letters)[0]) or ""
         assert "managedBy is immutable" in reason and "trainhub.io/dispatcher" in reason
         await bus.flush()
-    finally:
-        await hub.stop()
     updates = [e.data_as(JobStatusUpdate) async for e in events_to_end(bus, topics.status)]
     answers = [u for u in updates if u.uid == done and u.reason == "AlreadyExists"]
     assert len(answers) == 1 and answers[0].phase == JobPhase.SUCCEEDED
@@ -433,14 +434,7 @@ async def test_an_invalid_resubmission_leaves_the_job_of_that_name_alone() -> No
     """An invalid document naming a job that exists is refused as that submission's answer:
     no Rejected status under the job's uid, which every reader (and a restarted hub) would
     take as the end of the running job."""
-    bus = MemoryBus()
-    await bus.start()
-    topics = Topics(prefix="invalid-again")
-    hub = Hub(bus, topics, HubConfig(schedule_interval=0.05))
-    await hub.start()
-    try:
-        snapshot = cluster("east", node("n1", cpu="64", memory="256Gi", pods="110"))
-        await publish_heartbeat(bus, topics, snapshot)
+    async with _hub_beside_roomy_east("invalid-again") as (bus, topics, hub):
         uid = await submit_document(bus, topics, jax_job("taken"))
         await until(lambda: hub.ledger.count(JobPhase.ASSIGNED) == 1)
         invalid = jax_job("taken")
@@ -464,8 +458,6 @@ async def test_an_invalid_resubmission_leaves_the_job_of_that_name_alone() -> No
         reasons = [dead_letter_reason(r) or "" for r in bus.records(topics.dead_letters)]
         assert any("kubeflow.org/v9" in reason for reason in reasons), reasons
         assert hub.ledger.get(uid).phase == JobPhase.ASSIGNED  # type: ignore[union-attr]
-    finally:
-        await hub.stop()
     restarted = Hub(bus, topics, HubConfig(schedule_interval=0.05))
     await restarted.start()
     try:
