@@ -114,6 +114,8 @@ class _ShapeState:
         "now",
         "outdated",
         "packing",
+        "scoring",
+        "static_scores",
         "witness",
     )
 
@@ -137,6 +139,10 @@ class _ShapeState:
         self.now: Verdict | None = None
         self.outdated: set[int] = set()
         """Nodes whose entries in `packing` predate this snapshot."""
+        self.scoring: ScoreInput | None = None
+        """What the scorer reads, kept for this snapshot: a new verdict sets the free amounts."""
+        self.static_scores: tuple[float | None, ...] = ()
+        """The scorer's `static_scores` for this snapshot and shape."""
         self.witness: tuple[tuple[str, int], ...] | None = None
         """Nodes whose free amounts alone held the gang when last judged, with their
         reservation versions then: while those stand, the gang still fits (only capacity
@@ -147,6 +153,7 @@ class _ShapeState:
         packing heaps move over, to be refreshed on the `outdated` nodes."""
         moved = copy.copy(self)
         moved.never, moved.judged, moved.now, moved.witness = None, False, None, None
+        moved.scoring, moved.static_scores = None, ()
         moved.outdated = self.outdated.union(outdated)
         self.packing = None
         return moved
@@ -429,8 +436,9 @@ class ClusterFacts:
             verdict = rejected(self.name, f"not enough free capacity now: {reason}")
         else:
             scorer = context.scorer
-            parts = scorer.parts(
-                ScoreInput(
+            item = shape.scoring
+            if item is None:
+                item = shape.scoring = ScoreInput(
                     self.snapshot,
                     self._free_now,
                     profile.total,
@@ -442,7 +450,11 @@ class ClusterFacts:
                     self.capacity_float,
                     profile.scored,
                 )
-            )
+                shape.static_scores = scorer.static_scores(item)
+            else:
+                item.free, item.free_float = self._free_now, self._free_float
+                item.max_cost = context.max_cost
+            parts = scorer.parts(item, shape.static_scores)
             score = round(scorer.combine(parts), 3)
             verdict = Verdict(
                 ClusterScore(name=self.name, feasible=True, score=score),

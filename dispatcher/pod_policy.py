@@ -46,18 +46,24 @@ def _extra(model: PodSpec | Container) -> Mapping[str, Any]:
     return model.model_extra or {}
 
 
-def _containers(pod: PodSpec) -> Iterator[tuple[str, Any]]:
+def _security_contexts(pod: PodSpec) -> Iterator[tuple[str, object, Any]]:
+    """(list, name or index, securityContext) of every container that has one; the field
+    path is only spelled out for those that ask, since most jobs ask for nothing."""
     for field_name, listed in (
         ("containers", pod.containers),
-        ("initContainers", pod.initContainers or []),
+        ("initContainers", pod.initContainers),
     ):
-        for container in listed:
-            yield f"{field_name}[{container.name}]", _extra(container).get("securityContext")
+        for container in listed or ():
+            context = _extra(container).get("securityContext")
+            if context is not None:
+                yield field_name, container.name, context
     ephemeral = _extra(pod).get("ephemeralContainers")
     if isinstance(ephemeral, list):
         for i, container in enumerate(ephemeral):
             if isinstance(container, Mapping):
-                yield f"ephemeralContainers[{i}]", container.get("securityContext")
+                context = container.get("securityContext")
+                if context is not None:
+                    yield "ephemeralContainers", i, context
 
 
 def requested_privileges(job: AnyJob) -> tuple[PrivilegeRequest, ...]:
@@ -77,14 +83,14 @@ def requested_privileges(job: AnyJob) -> tuple[PrivilegeRequest, ...]:
                     label = name if isinstance(name, str) and len(name) <= 63 else str(i)
                     where = f"{rtype}: volumes[{label}].hostPath"
                     found.append(PrivilegeRequest("hostPath", where))
-        for where, context in _containers(pod):
+        for listed, which, context in _security_contexts(pod):
+            where = f"{rtype}: {listed}[{which}].securityContext"
             if isinstance(context, Mapping):
                 if _asks(context.get("privileged")):
-                    field_path = f"{rtype}: {where}.securityContext.privileged"
-                    found.append(PrivilegeRequest("privileged", field_path))
+                    found.append(PrivilegeRequest("privileged", f"{where}.privileged"))
             elif context:
                 # Not a mapping at all: Kubernetes would refuse it, and so do we.
-                found.append(PrivilegeRequest("privileged", f"{rtype}: {where}.securityContext"))
+                found.append(PrivilegeRequest("privileged", where))
     return tuple(found)
 
 

@@ -63,6 +63,10 @@ class ScoreInput:
 
 class ScoringPolicy(Protocol):
     name: str
+    static: bool
+    """Whether the score reads only the cluster's snapshot and the job (not the free
+    capacity after reservations, nor the fleet): placement keeps such scores per snapshot
+    and job shape instead of working them out on every reservation change."""
 
     def score(self, item: ScoreInput) -> float: ...
 
@@ -105,6 +109,7 @@ class LeastAllocated:
     """Spread: prefer the cluster that keeps the largest share of its capacity free."""
 
     name = "least-allocated"
+    static = False
 
     def score(self, item: ScoreInput) -> float:
         return _free_share_after(item)
@@ -114,6 +119,7 @@ class MostAllocated:
     """Pack: prefer the fullest cluster that still fits, keeping others free for big gangs."""
 
     name = "most-allocated"
+    static = False
 
     def score(self, item: ScoreInput) -> float:
         return 100.0 - _free_share_after(item)
@@ -150,6 +156,7 @@ class GpuModelMatch:
     """Prefer the cluster where most of the GPU capacity is the product the job asks for."""
 
     name = "gpu-model"
+    static = True
 
     def __init__(self, options: ScoringOptions | None = None) -> None:
         options = options or ScoringOptions()
@@ -178,6 +185,7 @@ class ClusterAffinity:
     """Prefer clusters whose labels satisfy more of the job's preferred cluster labels."""
 
     name = "cluster-affinity"
+    static = True
 
     def score(self, item: ScoreInput) -> float:
         wishes = item.preferred_clusters
@@ -191,6 +199,7 @@ class ClusterWeight:
     """The operator's static preference for a cluster (`weight` in its heartbeat)."""
 
     name = "cluster-weight"
+    static = True
 
     def score(self, item: ScoreInput) -> float:
         weight = item.cluster.weight
@@ -201,6 +210,7 @@ class Cost:
     """Cheaper clusters first, relative to the most expensive cluster in the fleet."""
 
     name = "cost"
+    static = False
 
     def score(self, item: ScoreInput) -> float:
         cost = item.cluster.cost
@@ -228,10 +238,12 @@ class WeightedScorer:
     uses_cost: bool = field(init=False, repr=False, compare=False)
     """Whether the `cost` policy is in: only then does a decision look up the fleet's
     highest cost."""
+    any_static: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "total_weight", sum(w for _, w in self.policies))
         object.__setattr__(self, "uses_cost", any(p.name == Cost.name for p, _ in self.policies))
+        object.__setattr__(self, "any_static", any(p.static for p, _ in self.policies))
 
     @classmethod
     def from_weights(
@@ -246,9 +258,26 @@ class WeightedScorer:
         options = options or ScoringOptions()
         return cls(tuple((POLICIES[name](options), w) for name, w in weights.items() if w > 0))
 
-    def parts(self, item: ScoreInput) -> tuple[tuple[str, float], ...]:
-        """Each policy's own score 0..100, before weighting."""
-        return tuple([(p.name, p.score(item)) for p, _ in self.policies])
+    def parts(
+        self, item: ScoreInput, known: tuple[float | None, ...] = ()
+    ) -> tuple[tuple[str, float], ...]:
+        """Each policy's own score 0..100, before weighting; `known`: this scorer's
+        `static_scores` for the same snapshot and job, when the caller kept them."""
+        if not known:
+            return tuple([(p.name, p.score(item)) for p, _ in self.policies])
+        return tuple(
+            [
+                (p.name, p.score(item) if score is None else score)
+                for (p, _), score in zip(self.policies, known, strict=True)
+            ]
+        )
+
+    def static_scores(self, item: ScoreInput) -> tuple[float | None, ...]:
+        """The scores of the `static` policies, None in the places of the others; empty
+        when no policy is static."""
+        if not self.any_static:
+            return ()
+        return tuple([p.score(item) if p.static else None for p, _ in self.policies])
 
     def combine(self, parts: tuple[tuple[str, float], ...]) -> float:
         """The weighted mean of `parts` (as returned by `parts` for this scorer)."""

@@ -65,16 +65,19 @@ MAX_DEPTH = 64
 
 
 def _too_deep(document: Any, limit: int = MAX_DEPTH) -> bool:
-    stack: list[tuple[Any, int]] = [(document, 0)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > limit:
-            return True
-        if isinstance(node, dict):
-            stack.extend((v, depth + 1) for v in node.values())
-        elif isinstance(node, list):
-            stack.extend((v, depth + 1) for v in node)
-    return False
+    """Whether some value sits more than `limit` levels below the document."""
+    # Level by level over containers only: a job is mostly strings, and stepping onto each
+    # of them was most of the time parsing took.
+    level = [document] if isinstance(document, (dict, list)) else []
+    for _ in range(limit):
+        below: list[Any] = []
+        for node in level:
+            children = node.values() if isinstance(node, dict) else node
+            below += [c for c in children if isinstance(c, (dict, list))]
+        if not below:
+            return False
+        level = below
+    return any(level)  # a non-empty container at the limit has values below it
 
 
 def parse_job(document: Any) -> AnyJob:

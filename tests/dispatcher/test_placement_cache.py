@@ -271,10 +271,12 @@ def test_cached_decisions_equal_fresh_ones(data: st.DataObject) -> None:
                 {"least-allocated": 1.0},
                 {"most-allocated": 1.0, "cluster-weight": 1.0},
                 {"least-allocated": 1.0, "cost": 2.0, "cluster-affinity": 1.0},
+                {"most-allocated": 1.0, "gpu-model": 2.0, "cluster-weight": 1.0},
             ]
         )
     )
-    placer = Placer(PlacementConfig(scoring=weights))
+    # gpu-model reads the zone label: jobs ask for a zone by nodeSelector or affinity.
+    placer = Placer(PlacementConfig(scoring=weights, gpu_product_label="zone"))
     versioned, plain = VersionedReservations(), Reservations()
     placed: list[str] = []
     for step in range(draw(st.integers(5, 40))):
@@ -321,8 +323,15 @@ def test_cached_decisions_equal_fresh_ones(data: st.DataObject) -> None:
                     n.model_copy(update={"requested": {"cpu": draw(st.integers(0, 2))}})
                     for n in clusters[name].nodes
                 ]
+                # ... and perhaps a new weight from the operator, or other labels
                 snapshot = clusters[name].model_copy(
-                    update={"nodes": nodes, "sequence": sequence, "observedAt": now}
+                    update={
+                        "nodes": nodes,
+                        "sequence": sequence,
+                        "observedAt": now,
+                        "weight": draw(st.sampled_from([None, 10.0, 90.0])),
+                        "labels": {"region": draw(st.sampled_from(["eu", "us"])), "tier": "gold"},
+                    }
                 )
             seen = draw(st.lists(st.sampled_from(placed), unique=True)) if placed else []
             snapshot = snapshot.model_copy(update={"jobs": seen})
