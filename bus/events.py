@@ -7,10 +7,12 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
+from pydantic import BaseModel
+
 from bus.base import Bus, Record, StartFrom, TopicPartition
 from bus.dead_letters import dead_letter
 from bus.keyed_pipeline import KeyedPipeline
-from schemas.codec import decode_event, encode_event
+from schemas.codec import decode_event, encode_event, encode_payload
 from schemas.errors import EventDecodeError
 from schemas.events import CloudEvent
 
@@ -24,6 +26,25 @@ async def publish_event(
 ) -> None:
     """Publish one event; with `wait=False` it is only queued (see `Bus.flush`)."""
     headers, body = encode_event(event)
+    if wait:
+        await bus.publish(topic, body, key=key.encode(), headers=tuple(headers))
+    else:
+        await bus.send(topic, body, key=key.encode(), headers=tuple(headers))
+
+
+async def publish_payload(
+    bus: Bus,
+    topic: str,
+    key: str,
+    event_type: str,
+    source: str,
+    payload: BaseModel,
+    *,
+    wait: bool = True,
+) -> None:
+    """`publish_event(bus, topic, key, make_event(event_type, source, key, payload))`,
+    without building the envelope (see `encode_payload`): for the hot paths."""
+    headers, body = encode_payload(event_type, source, key, payload)
     if wait:
         await bus.publish(topic, body, key=key.encode(), headers=tuple(headers))
     else:

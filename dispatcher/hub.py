@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from bus.aiotasks import TaskOwner
 from bus.base import Bus, Record
-from bus.events import EventConsumer, EventHandler, header_is, publish_event
+from bus.events import EventConsumer, EventHandler, header_is, publish_payload
 from bus.topics import Topics
 from dispatcher.demand import job_demand
 from dispatcher.expiry import COMPLETED, Expiries
@@ -38,7 +38,6 @@ from schemas.events import (
     JobStatusUpdate,
     JobSubmitted,
     PlacementDecision,
-    make_event,
 )
 from schemas.job_parsing import job_uid_of, names_of, parse_job
 from schemas.kubeflow import AnyJob
@@ -369,16 +368,14 @@ class Hub:
     async def _forward(self, record: JobRecord, event_type: str) -> None:
         """Pass a suspend or resume on to the worker of the job's cluster."""
         assert record.cluster is not None
-        event = make_event(event_type, self.config.source, record.uid, JobRef(uid=record.uid))
-        await self._publish_assignment(record.cluster, record.uid, event)
+        await self._publish_assignment(record.cluster, event_type, JobRef(uid=record.uid))
 
     async def _revoke(self, record: JobRecord, reason: str) -> None:
         assert record.cluster is not None
         revoke = JobRevoked(
             uid=record.uid, cluster=record.cluster, attempt=record.attempt, reason=reason
         )
-        event = make_event(EventType.JOB_REVOKED, self.config.source, record.uid, revoke)
-        await self._publish_assignment(record.cluster, record.uid, event)
+        await self._publish_assignment(record.cluster, EventType.JOB_REVOKED, revoke)
 
     # -- status topic ---------------------------------------------------------------------
 
@@ -693,15 +690,18 @@ class Hub:
             job=record.document(),
             placement=decision,
         )
-        event = make_event(EventType.JOB_ASSIGNED, self.config.source, record.uid, assigned)
-        await self._publish_assignment(record.cluster, record.uid, event)
+        await self._publish_assignment(record.cluster, EventType.JOB_ASSIGNED, assigned)
 
-    async def _publish_assignment(self, cluster: str, uid: str, event: CloudEvent) -> None:
+    async def _publish_assignment(
+        self, cluster: str, event_type: str, payload: JobRef | JobRevoked | JobAssigned
+    ) -> None:
         topic = self.topics.assignments(cluster)
         if topic not in self._assignment_topics:
             await self.bus.create_topics([self.topics.assignment_spec(cluster)])
             self._assignment_topics.add(topic)
-        await publish_event(self.bus, topic, uid, event, wait=False)
+        await publish_payload(
+            self.bus, topic, payload.uid, event_type, self.config.source, payload, wait=False
+        )
 
     # -- status out -----------------------------------------------------------------------
 
@@ -734,8 +734,15 @@ class Hub:
             submission=submission or record.submission,
             job=record.document() if with_job and record.job is not None else None,
         )
-        event = make_event(EventType.JOB_STATUS, self.config.source, record.uid, update)
-        await publish_event(self.bus, self.topics.status, record.uid, event, wait=False)
+        await publish_payload(
+            self.bus,
+            self.topics.status,
+            record.uid,
+            EventType.JOB_STATUS,
+            self.config.source,
+            update,
+            wait=False,
+        )
 
 
 _WAITING = "WaitingForCapacity"

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 
 from schemas.errors import EventDecodeError, describe_validation_error
-from schemas.events import CloudEvent
+from schemas.events import SPEC_VERSION, CloudEvent, new_event_id
 
 Headers = Sequence[tuple[str, bytes]]
 _ATTRIBUTES = ("specversion", "id", "source", "type", "subject", "time")
@@ -28,6 +29,38 @@ def encode_event(event: CloudEvent) -> tuple[list[tuple[str, bytes]], bytes]:
     # pydantic-core's encoder: compact UTF-8 JSON, several times faster than json.dumps.
     body = to_json(event.data, fallback=str)
     return headers, body
+
+
+_EVENT_TYPE = re.compile(r"io\.trainhub\.[a-z.]+")
+_JSON = b"application/json"
+_SPEC_VERSION = SPEC_VERSION.encode()
+
+
+def encode_payload(
+    event_type: str, source: str, subject: str, payload: BaseModel
+) -> tuple[list[tuple[str, bytes]], bytes]:
+    """`encode_event(make_event(event_type, source, subject, payload))` in one step, with the
+    same headers and body bytes (a new id and time): the payload is serialised straight to
+    JSON, without the dict and the validated envelope in between, which were most of what
+    publishing one of the hub's three events per job cost. ValueError on attributes the
+    envelope would refuse."""
+    if (
+        not _EVENT_TYPE.fullmatch(event_type)
+        or len(event_type) > 128
+        or not 0 < len(source) <= 256
+        or len(subject) > 256
+    ):
+        raise ValueError(f"invalid CloudEvent attributes: {event_type!r} from {source!r}")
+    headers = [
+        ("content-type", _JSON),
+        ("ce_specversion", _SPEC_VERSION),
+        ("ce_id", new_event_id().encode()),
+        ("ce_source", source.encode()),
+        ("ce_type", event_type.encode()),
+        ("ce_subject", subject.encode()),
+        ("ce_time", datetime.now(UTC).isoformat().encode()),
+    ]
+    return headers, to_json(payload)
 
 
 def header_map(headers: Iterable[tuple[str, bytes | None]]) -> dict[str, str]:

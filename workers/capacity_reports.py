@@ -11,10 +11,10 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from bus.base import Bus
-from bus.events import publish_event
+from bus.events import publish_payload
 from bus.topics import Topics
 from schemas.cluster import ClusterSnapshot
-from schemas.events import EventType, make_event
+from schemas.events import EventType
 from workers.backends.base import Backend, BackendError, Capacity
 from workers.job_locks import JobLocks
 from workers.metrics import WorkerMetrics
@@ -181,8 +181,14 @@ class CapacityReports:
             weight=config.weight,
             cost=config.cost,
         )
-        event = make_event(EventType.CLUSTER_HEARTBEAT, config.source, config.cluster, snapshot)
-        await publish_event(self._bus, self._topics.clusters, config.cluster, event)
+        await publish_payload(
+            self._bus,
+            self._topics.clusters,
+            config.cluster,
+            EventType.CLUSTER_HEARTBEAT,
+            config.source,
+            snapshot,
+        )
         self._reported_at = read_at
         self._metrics.heartbeats.labels(config.cluster).inc()
         for resource in {r for n in snapshot.nodes for r in n.allocatable}:

@@ -26,7 +26,7 @@ from tenacity import (
 
 from bus.aiotasks import TaskOwner
 from bus.base import Bus, Record
-from bus.events import EventConsumer, events_to_end, publish_event
+from bus.events import EventConsumer, events_to_end, publish_payload
 from bus.topics import Topics
 from schemas.cluster import ClusterSnapshot
 from schemas.events import (
@@ -38,7 +38,6 @@ from schemas.events import (
     JobRevoked,
     JobStatusUpdate,
     LogsRequested,
-    make_event,
 )
 from schemas.job_parsing import parse_job
 from workers.backends.base import Backend, BackendError, PodObservation
@@ -671,8 +670,9 @@ class Worker:
             message=message,
             status=run.status.model_copy(deep=True),
         )
-        event = make_event(EventType.JOB_STATUS, self.config.source, job.uid, update)
-        await publish_event(self.bus, self.topics.status, job.uid, event)
+        await publish_payload(
+            self.bus, self.topics.status, job.uid, EventType.JOB_STATUS, self.config.source, update
+        )
         self._export_jobs()
 
     def _export_jobs(self) -> None:
@@ -719,8 +719,14 @@ class Worker:
             await self.backend.delete_job(uid)
             self._forget(run)
             back = JobHandedBack(uid=uid, cluster=self.cluster, attempt=run.attempt, reason=reason)
-            event = make_event(EventType.JOB_HANDED_BACK, self.config.source, uid, back)
-            await publish_event(self.bus, self.topics.status, uid, event)
+            await publish_payload(
+                self.bus,
+                self.topics.status,
+                uid,
+                EventType.JOB_HANDED_BACK,
+                self.config.source,
+                back,
+            )
             log.warning("handed back: %s", reason, extra=self._extra(uid))
 
     async def heartbeat(self) -> ClusterSnapshot:
