@@ -143,6 +143,7 @@ class Hub:
         replayed = await status.catch_up()
         await clusters.catch_up()
         self._replaying = False
+        self.clusters.replayed()
         if not replayed:
             return
         # Running ones too: their reservation ends only once a heartbeat counts their pods.
@@ -533,7 +534,7 @@ class Hub:
         snapshot = ClusterSnapshot.model_validate(event.data)
         if snapshot.observedAt is None:
             snapshot = snapshot.model_copy(update={"observedAt": event.time})
-        if not self.clusters.update(snapshot):
+        if not self.clusters.update(snapshot, replaying=self._replaying):
             return
         self.reservations.reconcile(snapshot)
         self._wake.set()

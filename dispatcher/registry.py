@@ -20,9 +20,10 @@ class ClusterRegistry:
         self.instances = InstanceWatch(max_heartbeat_age)
         self._conflicts: set[str] = set()
 
-    def update(self, snapshot: ClusterSnapshot) -> bool:
+    def update(self, snapshot: ClusterSnapshot, *, replaying: bool = False) -> bool:
         """Keep the newest snapshot per cluster; False when this one is older than ours.
-        A name two worker processes report in turns is kept unhealthy, with the reason."""
+        A name two worker processes report in turns is kept unhealthy, with the reason;
+        a conflict starting or ending is logged, except while `replaying` (see `replayed`)."""
         observed = snapshot.observedAt
         if observed is not None and observed.tzinfo is None:
             observed = observed.replace(tzinfo=UTC)
@@ -39,12 +40,27 @@ class ClusterRegistry:
         conflict = None
         if observed is not None:
             conflict = self.instances.conflict(snapshot.name, observed)
-        self._note_conflict(snapshot.name, conflict)
+        if not replaying:
+            self._note_conflict(snapshot.name, conflict)
         if conflict is not None:
             snapshot = snapshot.model_copy(update={"healthy": False, "unhealthyReason": conflict})
         self._clusters[snapshot.name] = snapshot
         self._listed = None
         return True
+
+    def replayed(self, now: datetime | None = None) -> None:
+        """After replaying the clusters topic: log the conflicts of the clusters whose newest
+        heartbeat is fresh. The topic's uncompacted tail can hold a conflict that ended long
+        ago; logged during the replay, it was an error about the past, then a "placing there
+        again" at the first live heartbeat."""
+        now = now or datetime.now(UTC)
+        for name, snapshot in self._clusters.items():
+            observed = snapshot.observedAt
+            if observed is None or not self.is_fresh(snapshot, now):
+                continue
+            if observed.tzinfo is None:
+                observed = observed.replace(tzinfo=UTC)
+            self._note_conflict(name, self.instances.conflict(name, observed))
 
     def _note_conflict(self, cluster: str, conflict: str | None) -> None:
         if conflict is not None and cluster not in self._conflicts:

@@ -128,3 +128,46 @@ async def test_clusters_as_read_by_users_show_the_conflict_too() -> None:
     assert "instances a and b" in (clusters["east"].unhealthyReason or "")
     assert clusters["west"].healthy and clusters["west"].unhealthyReason is None
     assert cluster_row(clusters["east"], max_age=1e9)["unhealthyReason"] is not None
+
+
+async def test_a_starting_hub_reports_only_the_conflicts_that_still_hold(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The clusters topic's uncompacted tail keeps old heartbeats: a conflict that ended an
+    # hour ago is history, one from the last seconds is news.
+    bus = MemoryBus()
+    await bus.start()
+    topics = Topics(prefix="twins-replay")
+    await bus.create_topics(topics.shared_specs())
+    free = node("n1", cpu="8", memory="32Gi", pods="110")
+    now = datetime.now(UTC)
+    hour_ago = now - timedelta(hours=1)
+    east = [(hour_ago, "a"), (hour_ago + timedelta(seconds=5), "b")]
+    east += [(hour_ago + timedelta(seconds=10), "a"), (now - timedelta(seconds=2), "a")]
+    west = [(now - timedelta(seconds=3), "c"), (now - timedelta(seconds=2), "d")]
+    west += [(now - timedelta(seconds=1), "c")]
+    for name, reports in (("east", east), ("west", west)):
+        for at, instance in reports:
+            await publish_heartbeat(
+                bus, topics, cluster(name, free, instance=instance, observedAt=at)
+            )
+    caplog.set_level(logging.WARNING, logger="dispatcher.registry")
+    hub = Hub(bus, topics, HubConfig(schedule_interval=0.05, max_heartbeat_age=30))
+    await hub.start()
+    try:
+        messages = [r.getMessage() for r in caplog.records]
+        assert [m for m in messages if "east" in m] == []
+        errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+        assert len(errors) == 1 and errors[0].startswith("not placing on west")
+        east_now = hub.clusters.get("east")
+        assert east_now is not None and east_now.healthy
+        west_now = hub.clusters.get("west")
+        assert west_now is not None and not west_now.healthy
+        # Live heartbeats: east reports alone as before; nothing to say about it.
+        await publish_heartbeat(
+            bus, topics, cluster("east", free, instance="a", observedAt=datetime.now(UTC))
+        )
+        await until(lambda: (c := hub.clusters.get("east")) is not None and c.observedAt > now)
+        assert [r.getMessage() for r in caplog.records if "east" in r.getMessage()] == []
+    finally:
+        await hub.stop()
