@@ -631,6 +631,9 @@ class Hub:
                 )
             else:
                 await self._note_waiting(record, reasons)
+        self.placer.retain(
+            r.job for r in queued if r.phase == JobPhase.QUEUED and r.job is not None
+        )
         return placed
 
     async def _note_waiting(self, record: JobRecord, reasons: str) -> None:

@@ -173,6 +173,22 @@ class Placer:
             self._profiles.popitem(last=False)
         return profile
 
+    def retain(self, jobs: Iterable[AnyJob]) -> None:
+        """Keep what was read from these jobs only (the hub: those still waiting after a
+        pass). A kept profile holds its parsed job, so without this a placed or finished
+        job's document stayed in memory until 16,384 newer jobs had pushed it out."""
+        kept: OrderedDict[int, tuple[AnyJob, JobProfile]] = OrderedDict()
+        for job in jobs:
+            known = self._profiles.get(id(job))
+            if known is not None and known[0] is job:
+                kept[id(job)] = known
+        self._profiles = kept
+
+    @property
+    def held(self) -> int:
+        """How many jobs' profiles are kept."""
+        return len(self._profiles)
+
     def shape_key(self, job: AnyJob) -> tuple[object, ...]:
         """Equal keys are placed identically on the same clusters and reservations."""
         return self._profile(job).key

@@ -464,3 +464,21 @@ async def test_an_invalid_resubmission_leaves_the_job_of_that_name_alone() -> No
         assert restarted.ledger.get(uid).phase == JobPhase.ASSIGNED  # type: ignore[union-attr]
     finally:
         await restarted.stop()
+
+
+async def test_the_placer_keeps_only_what_it_read_from_jobs_still_waiting() -> None:
+    # A kept profile holds the parsed job: one kept past its placement pinned the document
+    # of every recent job in the hub's memory, whatever the ledger let go of.
+    async with _hub_beside_roomy_east("profiles") as (bus, topics, hub):
+        placed = [await submit_document(bus, topics, jax_job(f"p-{i}")) for i in range(5)]
+        await until(lambda: hub.ledger.count(JobPhase.ASSIGNED) == len(placed))
+        big = await submit_document(bus, topics, jax_job("big", workers=1, cpu="50"))
+        await until(lambda: hub.ledger.count(JobPhase.ASSIGNED) == len(placed) + 1)
+        waiting = await submit_document(bus, topics, jax_job("waits", workers=1, cpu="50"))
+        await until(lambda: (r := hub.ledger.get(waiting)) is not None and r.reason != "Queued")
+        await hub.schedule_pending()
+        record = hub.ledger.get(waiting)
+        assert record is not None and record.phase == JobPhase.QUEUED
+        assert hub.placer.held == 1  # the waiting job's, read again on every pass
+        big_record = hub.ledger.get(big)
+        assert big_record is not None and big_record.phase == JobPhase.ASSIGNED
