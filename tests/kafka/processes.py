@@ -38,3 +38,17 @@ class Process:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+
+def sim_worker(
+    cluster: str,
+    common: list[str],
+    logs: Path,
+    *,
+    capacity: str = "cpu=8,memory=32Gi,nodes=2",
+    heartbeat_interval: float = 0.5,
+) -> Process:
+    """`trainhub worker --backend sim` for `cluster`, with the bus settings in `common`."""
+    args = ["worker", *common, "--cluster", cluster, "--backend", "sim"]
+    args += ["--capacity", capacity, "--heartbeat-interval", str(heartbeat_interval)]
+    return Process(f"worker-{cluster}", args, logs)

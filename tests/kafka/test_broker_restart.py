@@ -20,7 +20,7 @@ from bus.topics import Topics
 from schemas.events import JobStatusUpdate
 from schemas.status import JobPhase
 from tests.helpers import jax_job
-from tests.kafka.processes import Process
+from tests.kafka.processes import Process, sim_worker
 from tests.kafka.status_topic import (
     count_phase,
     final_phases,
@@ -125,25 +125,7 @@ async def test_broker_restart_mid_burst_loses_nothing_and_runs_nothing_twice(
         ["hub", *common, "--heartbeat-interval", "0.5", "--max-heartbeat-age", "5"],
         tmp_path,
     )
-    workers = [
-        Process(
-            f"worker-{name}",
-            [
-                "worker",
-                *common,
-                "--cluster",
-                name,
-                "--backend",
-                "sim",
-                "--capacity",
-                "cpu=8,memory=32Gi,nodes=2",
-                "--heartbeat-interval",
-                "0.5",
-            ],
-            tmp_path,
-        )
-        for name in ("east", "west")
-    ]
+    workers = [sim_worker(name, common, tmp_path) for name in ("east", "west")]
     processes = [hub, *workers]
     submitted: list[int] = []
     producer = asyncio.create_task(_submit_in_batches(common, tmp_path, submitted))

@@ -20,7 +20,7 @@ from schemas.codec import decode_event
 from schemas.events import EventType, JobStatusUpdate
 from schemas.status import JobPhase
 from tests.helpers import jax_job
-from tests.kafka.processes import Process
+from tests.kafka.processes import Process, sim_worker
 
 pytestmark = pytest.mark.kafka
 
@@ -86,25 +86,7 @@ async def test_200_jobs_survive_a_hub_sigkill_without_loss_or_double_runs(
 ) -> None:
     common = _common(kafka_settings, topics)
     hub = Process("hub-1", ["hub", *common, "--heartbeat-interval", "0.5"], tmp_path)
-    workers = [
-        Process(
-            f"worker-{name}",
-            [
-                "worker",
-                *common,
-                "--cluster",
-                name,
-                "--backend",
-                "sim",
-                "--capacity",
-                "cpu=8,memory=32Gi,nodes=2",
-                "--heartbeat-interval",
-                "0.5",
-            ],
-            tmp_path,
-        )
-        for name in ("east", "west")
-    ]
+    workers = [sim_worker(name, common, tmp_path) for name in ("east", "west")]
     jobs_file = tmp_path / "jobs.yaml"
     jobs_file.write_text(
         yaml.safe_dump_all(
