@@ -26,10 +26,7 @@ async def publish_event(
 ) -> None:
     """Publish one event; with `wait=False` it is only queued (see `Bus.flush`)."""
     headers, body = encode_event(event)
-    if wait:
-        await bus.publish(topic, body, key=key.encode(), headers=tuple(headers))
-    else:
-        await bus.send(topic, body, key=key.encode(), headers=tuple(headers))
+    await _put(bus, topic, key, headers, body, wait)
 
 
 async def publish_payload(
@@ -45,6 +42,12 @@ async def publish_payload(
     """`publish_event(bus, topic, key, make_event(event_type, source, key, payload))`,
     without building the envelope (see `encode_payload`): for the hot paths."""
     headers, body = encode_payload(event_type, source, key, payload)
+    await _put(bus, topic, key, headers, body, wait)
+
+
+async def _put(
+    bus: Bus, topic: str, key: str, headers: list[tuple[str, bytes]], body: bytes, wait: bool
+) -> None:
     if wait:
         await bus.publish(topic, body, key=key.encode(), headers=tuple(headers))
     else:

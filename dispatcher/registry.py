@@ -24,9 +24,7 @@ class ClusterRegistry:
         """Keep the newest snapshot per cluster; False when this one is older than ours.
         A name two worker processes report in turns is kept unhealthy, with the reason;
         a conflict starting or ending is logged, except while `replaying` (see `replayed`)."""
-        observed = snapshot.observedAt
-        if observed is not None and observed.tzinfo is None:
-            observed = observed.replace(tzinfo=UTC)
+        observed = _observed_at(snapshot)
         if observed is not None:
             self.instances.observe(snapshot.name, snapshot.instance, observed)
         known = self._clusters.get(snapshot.name)
@@ -55,11 +53,9 @@ class ClusterRegistry:
         again" at the first live heartbeat."""
         now = now or datetime.now(UTC)
         for name, snapshot in self._clusters.items():
-            observed = snapshot.observedAt
+            observed = _observed_at(snapshot)
             if observed is None or not self.is_fresh(snapshot, now):
                 continue
-            if observed.tzinfo is None:
-                observed = observed.replace(tzinfo=UTC)
             self._note_conflict(name, self.instances.conflict(name, observed))
 
     def _note_conflict(self, cluster: str, conflict: str | None) -> None:
@@ -85,3 +81,11 @@ class ClusterRegistry:
 
     def is_fresh(self, snapshot: ClusterSnapshot, now: datetime | None = None) -> bool:
         return snapshot.age_seconds(now or datetime.now(UTC)) <= self.max_heartbeat_age
+
+
+def _observed_at(snapshot: ClusterSnapshot) -> datetime | None:
+    """The snapshot's observation time, naive times read as UTC."""
+    observed = snapshot.observedAt
+    if observed is not None and observed.tzinfo is None:
+        observed = observed.replace(tzinfo=UTC)
+    return observed
