@@ -14,6 +14,8 @@ from workers.frameworks import adapter_for
 from workers.frameworks.base import AccessRule, FrameworkAdapter
 from workers.network import ClusterNetwork, Network
 
+DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
+
 GROUP = "training.kubeflow.org"
 LABEL_JOB_NAME = f"{GROUP}/job-name"
 LABEL_REPLICA_TYPE = f"{GROUP}/replica-type"
@@ -72,7 +74,10 @@ class PodPlan:
                 "name": self.name,
                 "namespace": self.namespace,
                 "labels": self.labels,
-                "annotations": self.annotations,
+                # kubectl logs/exec (and MPI's kubexec.sh) reach the framework's container
+                # even where a sidecar comes first.
+                "annotations": {DEFAULT_CONTAINER_ANNOTATION: self.default_container}
+                | self.annotations,
             },
             "spec": self.spec.model_dump(mode="json", exclude_none=True),
         }
@@ -221,12 +226,16 @@ def _labels(job: AnyJob, rtype: str, index: int, attempt: int) -> dict[str, str]
 
 
 def _with_environment(container: Container, injected: list[EnvVar]) -> Container:
-    """Injected variables first; a variable the user set keeps the user's value."""
+    """Injected variables first, then the user's own, less those of an injected name.
+
+    Upstream appends its variables after the user's and the kubelet keeps the last of a
+    name, so the operator's value is the one a pod sees: a RANK or MASTER_ADDR copied into the
+    template from a local run must not give every pod the same identity. Listed first, the
+    injected values can be referenced by the user's as `$(NAME)`."""
     if not injected:
         return container
-    own = list(container.env or [])
-    names = {e.name for e in own}
-    env = [e for e in injected if e.name not in names] + own
+    names = {e.name for e in injected}
+    env = injected + [e for e in container.env or [] if e.name not in names]
     return container.model_copy(update={"env": env})
 
 

@@ -184,7 +184,10 @@ def test_gpu_launcher_main_container_slots_and_user_bootstrap() -> None:
     doc["spec"]["mainContainer"] = "mpi-worker"
     launcher = doc["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
     launcher["resources"]["limits"]["nvidia.com/gpu"] = 1
-    launcher["env"] = [{"name": "I_MPI_HYDRA_BOOTSTRAP", "value": "ssh"}]
+    launcher["env"] = [
+        {"name": "I_MPI_HYDRA_BOOTSTRAP", "value": "ssh"},
+        {"name": "OMPI_MCA_orte_default_hostfile", "value": "/mine"},
+    ]
     worker = doc["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     worker.pop("command")
     worker.pop("args")
@@ -197,6 +200,10 @@ def test_gpu_launcher_main_container_slots_and_user_bootstrap() -> None:
     assert "NVIDIA_VISIBLE_DEVICES" not in env
     assert env["I_MPI_HYDRA_BOOTSTRAP"] == "ssh"
     assert env["I_MPI_HYDRA_BOOTSTRAP_EXEC"] == "/etc/mpi/kubexec.sh"
+    # Only Intel MPI's bootstrap is the user's to choose: the hostfile is the job's.
+    assert env["OMPI_MCA_orte_default_hostfile"] == "/etc/mpi/hostfile"
+    names = [e.name for e in launcher_pod.spec.containers[0].env or []]
+    assert len(names) == len(set(names))
     assert worker0.spec.containers[0].command == ["sleep"]
     assert worker0.spec.containers[0].args == ["365d"]
     assert worker0.default_container == "mpi-worker"

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from schemas.job_parsing import parse_job
 from schemas.kubeflow import JOB_CLASSES
 from trainhub.cli import app
+from workers.backends.pod_env import process_spec
 from workers.frameworks import ADAPTERS, UnsupportedKind, adapter_for
 from workers.rendering import (
     LABEL_ATTEMPT,
@@ -103,25 +104,42 @@ def test_default_port_goes_to_the_default_container_once() -> None:
         ("jaxjob-port", 6666),
     ]
     assert pod.default_container == "jax"
+    # What `trainhub render` prints is what the kube backend creates: kubectl logs and exec
+    # (and MPI's kubexec.sh) reach the framework's container, not the sidecar.
+    annotations = pod.manifest()["metadata"]["annotations"]
+    assert annotations["kubectl.kubernetes.io/default-container"] == "jax"
     # The service publishes every named port of the default container.
     assert rendered.services[0].ports == [("metrics", 9090), ("jaxjob-port", 6666)]
     # The env goes into every container of a JAX pod, as upstream does.
     assert {e.name for e in sidecar.env or []} == {e.name for e in jax.env or []}
 
 
-def test_user_variables_win_over_injected_ones() -> None:
+def test_injected_variables_hold_over_the_users_and_come_first() -> None:
+    # Upstream appends its values after the user's and the kubelet keeps the last of a name:
+    # a PROCESS_ID copied from a local run must not give every worker the same id.
     doc = document(DATA / "jax-simple.yaml")
+    doc["spec"]["jaxReplicaSpecs"]["Worker"]["replicas"] = 2
     container = doc["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
-    container["env"] = [{"name": "NUM_PROCESSES", "value": "7"}, {"name": "EXTRA", "value": "x"}]
-    env = render_job(parse_job(doc)).pods[0].spec.containers[0].env or []
-    assert [(e.name, e.value) for e in env] == [
+    container["env"] = [
+        {"name": "PROCESS_ID", "value": "7"},
+        {"name": "EXTRA", "value": "x"},
+        {"name": "COORDINATOR", "value": "$(COORDINATOR_ADDRESS):$(COORDINATOR_PORT)"},
+    ]
+    pods = render_job(parse_job(doc)).pods
+    envs = [[(e.name, e.value) for e in pod.spec.containers[0].env or []] for pod in pods]
+    assert envs[1] == [
         ("PYTHONUNBUFFERED", "1"),
         ("COORDINATOR_PORT", "6666"),
         ("COORDINATOR_ADDRESS", "jaxjob-simple-worker-0"),
-        ("PROCESS_ID", "0"),
-        ("NUM_PROCESSES", "7"),
+        ("NUM_PROCESSES", "2"),
+        ("PROCESS_ID", "1"),
         ("EXTRA", "x"),
+        ("COORDINATOR", "$(COORDINATOR_ADDRESS):$(COORDINATOR_PORT)"),
     ]
+    assert ("PROCESS_ID", "0") in envs[0] and ("PROCESS_ID", "7") not in envs[0]
+    # The user's variables follow the injected ones, so they may refer to them.
+    spec = process_spec(pods[1], pods[1].spec.containers[0], "node-0")
+    assert spec.env["COORDINATOR"] == "jaxjob-simple-worker-0:6666"
 
 
 def test_template_labels_annotations_and_init_containers_are_kept() -> None:
@@ -134,6 +152,11 @@ def test_template_labels_annotations_and_init_containers_are_kept() -> None:
     assert worker.labels["team"] == "vision"
     gang = str(len(rendered.pods))
     assert worker.annotations == {"note": "keep", "trainhub.io/gang-size": gang}
+    assert worker.manifest()["metadata"]["annotations"] == {
+        "kubectl.kubernetes.io/default-container": "pytorch",
+        "note": "keep",
+        "trainhub.io/gang-size": gang,
+    }
     assert [c.name for c in worker.spec.initContainers or []] == ["fetch", "init-pytorch"]
 
 

@@ -26,12 +26,9 @@ from workers.backends.kube_client import (
     RetryPolicy,
     connect,
 )
-from workers.backends.kube_watch import (
-    DEFAULT_CONTAINER_ANNOTATION,
-    PodObserver,
-    PodWatch,
-)
+from workers.backends.kube_watch import PodObserver, PodWatch
 from workers.rendering import (
+    DEFAULT_CONTAINER_ANNOTATION,
     LABEL_JOB_UID,
     LABEL_MANAGED,
     OPERATOR_NAME,
@@ -237,8 +234,6 @@ class KubeBackend(Backend):
 
     async def create_pod(self, job_uid: str, pod: PodPlan) -> None:
         manifest = pod.manifest()
-        annotations = manifest["metadata"].setdefault("annotations", {})
-        annotations.setdefault(DEFAULT_CONTAINER_ANNOTATION, pod.default_container)
         self._known[(job_uid, pod.name)] = _KnownPod(pod.namespace, pod.default_container)
         await self._create(
             job_uid, "pods", pod.namespace, pod.name, self.api.core.create_namespaced_pod, manifest

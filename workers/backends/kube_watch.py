@@ -23,10 +23,10 @@ from workers.backends.kube_client import (
     classify,
     sleep_backoff,
 )
+from workers.rendering import DEFAULT_CONTAINER_ANNOTATION
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 # The Kubeflow frameworks' default container names, for pods that do not name theirs.
 KNOWN_MAIN_CONTAINERS = ("jax", "pytorch", "tensorflow", "xgboost", "paddle", "mpi")
 _PHASES: tuple[PodPhase, ...] = ("Pending", "Running", "Succeeded", "Failed")

@@ -64,6 +64,9 @@ def has_gpu_launcher(job: AnyJob) -> bool:
     )
 
 
+_RSH_AGENT = "OMPI_MCA_plm_rsh_agent"
+
+
 class MPIAdapter(FrameworkAdapter):
     kind = "MPIJob"
     default_container = "mpi"
@@ -93,16 +96,23 @@ class MPIAdapter(FrameworkAdapter):
         if rtype != "Launcher":
             return []
         env = {
-            "OMPI_MCA_plm_rsh_agent": f"{CONFIG_MOUNT}/{KUBEXEC}",
+            _RSH_AGENT: f"{CONFIG_MOUNT}/{KUBEXEC}",
             "OMPI_MCA_orte_default_hostfile": f"{CONFIG_MOUNT}/{HOSTFILE}",
         }
         if not has_gpu_launcher(job):
             # Keep a CPU launcher off the node's GPUs even where the runtime exposes them all.
             env |= {"NVIDIA_VISIBLE_DEVICES": "", "NVIDIA_DRIVER_CAPABILITIES": ""}
-        env |= {
-            "I_MPI_HYDRA_BOOTSTRAP": "rsh",
-            "I_MPI_HYDRA_BOOTSTRAP_EXEC": f"{CONFIG_MOUNT}/{KUBEXEC}",
+        main = self.main_container(job, rtype)
+        own = {
+            e.name
+            for c in job.replica_specs[rtype].template.spec.containers
+            if c.name == main
+            for e in c.env or []
         }
+        # Intel MPI's bootstrap is the one thing upstream lets the user choose, variable by
+        # variable; every other value here holds over the user's.
+        intel = {"I_MPI_HYDRA_BOOTSTRAP": "rsh", "I_MPI_HYDRA_BOOTSTRAP_EXEC": env[_RSH_AGENT]}
+        env |= {name: value for name, value in intel.items() if name not in own}
         return plain_env(env)
 
     def config_maps(self, job: AnyJob) -> list[ConfigData]:
