@@ -26,6 +26,7 @@ from dispatcher.placement import Placement, Placer, VersionedReservations
 from dispatcher.placement_config import PlacementConfig
 from dispatcher.registry import ClusterRegistry
 from schemas.cluster import ClusterSnapshot
+from schemas.conditions import ConditionValue, set_condition
 from schemas.errors import JobInvalid
 from schemas.events import (
     CloudEvent,
@@ -41,7 +42,7 @@ from schemas.events import (
 )
 from schemas.job_parsing import job_uid_of, names_of, parse_job
 from schemas.kubeflow import AnyJob
-from schemas.status import TTL_EXPIRED, JobPhase
+from schemas.status import TTL_EXPIRED, ConditionType, JobPhase, JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -297,6 +298,9 @@ class Hub:
         record = JobRecord.of(job, JobPhase.SUSPENDED if held else JobPhase.QUEUED)
         record.submission = submission
         record.attempt = previous_attempts
+        _note(record, ConditionType.CREATED, "Created")
+        if held:
+            _note(record, ConditionType.SUSPENDED, "Suspended")
         self.ledger.put(record)
         self.metrics.training_operator.created(record)
         await self._publish_status(
@@ -344,6 +348,7 @@ class Hub:
         if record.phase == JobPhase.QUEUED:
             # Not placed yet: the hub holds it; nothing runs anywhere.
             record.phase = JobPhase.SUSPENDED
+            _note(record, ConditionType.SUSPENDED, "Suspended")
             await self._publish_status(record, reason="Suspended", message="held until resumed")
             return
         await self._forward(record, EventType.JOB_SUSPENDED)
@@ -358,6 +363,7 @@ class Hub:
             record.job = parse_job(document)
             record.phase = JobPhase.QUEUED
             record.queued_at = time.monotonic()
+            _note(record, ConditionType.SUSPENDED, "Resumed", "False")
             await self._publish_status(
                 record, reason="Resumed", message="waiting for placement", with_job=True
             )
@@ -423,6 +429,8 @@ class Hub:
         record.submission = update.submission or record.submission
         if update.placement is not None:
             record.decision = update.placement
+        if update.status is not None:
+            record.status = update.status
         if update.phase == JobPhase.ASSIGNED:
             record.sequence = 0
 
@@ -485,6 +493,9 @@ class Hub:
         record.phase = JobPhase.QUEUED
         record.queued_at = time.monotonic()
         record.sequence = 0
+        # The lost run's conditions are not this one's: it starts over as created.
+        record.status = None
+        _note(record, ConditionType.CREATED, "Created")
         self.metrics.redispatches.inc()
         log.warning("re-dispatching: %s", reason, extra={"job": record.uid})
         await self._publish_status(record, reason="Redispatched", message=reason)
@@ -734,6 +745,7 @@ class Hub:
             attempt=record.attempt,
             reason=reason,
             message=message,
+            status=record.status if record.phase in _HUB_OWNED else None,
             placement=record.decision,
             submission=submission or record.submission,
             job=record.document() if with_job and record.job is not None else None,
@@ -750,6 +762,23 @@ class Hub:
 
 
 _WAITING = "WaitingForCapacity"
+_HUB_OWNED = frozenset({JobPhase.QUEUED, JobPhase.SUSPENDED, JobPhase.ASSIGNED})
+"""Phases whose job conditions the hub keeps: no worker runs the job (yet); a Suspended
+status from the hub is for a job it holds."""
+
+
+def _note(
+    record: JobRecord, ctype: ConditionType, reason: str, value: ConditionValue = "True"
+) -> None:
+    """A condition of a job no worker runs, as upstream's operator sets it on the job object
+    (`Created`; `Suspended`, False once `Resumed`), so that clients waiting for one see it."""
+    kind, name = record.kind or "Job", record.name or record.uid
+    if record.status is None:
+        record.status = JobStatus()
+    message = f"{kind} {name} is {reason.lower()}."
+    set_condition(record.status, ctype, f"{kind}{reason}", message, value=value)
+
+
 _MESSAGE_CLUSTERS = 10
 """How many clusters' reasons a status message names: the placement decision in the same
 status has every one, and at 1,000 clusters a message naming all would be some 60 KB, sent

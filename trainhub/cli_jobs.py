@@ -36,6 +36,7 @@ from trainhub.sdk_errors import JobNotFoundError, LogsUnavailableError
 from trainhub.sdk_functions import FUNCTION_ANNOTATION
 from trainhub.sdk_view import TrainHubJob
 from trainhub.settings import TrainhubSettings
+from workers.frameworks import adapter_for
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -315,9 +316,11 @@ def _replica_table(parsed: AnyJob) -> Table:
     table = Table(title="replicas", title_justify="left", header_style="bold")
     for column in ("type", "replicas", "restart", "image", "command", "requests"):
         table.add_column(column, overflow="fold")
+    adapter = adapter_for(parsed.kind)
     for rtype, rspec in parsed.replica_specs.items():
         containers = rspec.template.spec.containers
-        main = containers[0] if containers else None
+        name = adapter.main_container(parsed, rtype)
+        main = next((c for c in containers if c.name == name), None)
         command = " ".join([*(main.command or []), *(main.args or [])]) if main else ""
         command = "; ".join(line.strip() for line in command.splitlines())
         if len(command) > 60:
@@ -326,7 +329,7 @@ def _replica_table(parsed: AnyJob) -> Table:
         table.add_row(
             rtype,
             str(parsed.replicas_of(rtype)),
-            rspec.restartPolicy or "-",
+            adapter.restart_policy(parsed, rtype),  # the kind's default when unset
             main.image if main else "-",
             command or "-",
             ", ".join(f"{k}={format_quantity(v)}" for k, v in sorted(requests.items())) or "-",

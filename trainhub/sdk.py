@@ -294,7 +294,8 @@ class AsyncTrainHubClient:
     async def get_job_conditions(
         self, name: str, namespace: str | None = None
     ) -> list[JobCondition]:
-        """The job's Kubeflow conditions (empty until its worker created it)."""
+        """The job's Kubeflow conditions: `Created` once the hub admitted it (and `Suspended`
+        while it holds the job), then the ones its worker reports."""
         return list((await self.get_job(name, namespace)).conditions)
 
     async def is_job_created(self, name: str, namespace: str | None = None) -> bool:

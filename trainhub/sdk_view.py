@@ -135,6 +135,9 @@ class StatusView:
         if update.phase == JobPhase.ASSIGNED:
             job.sequence = 0
             job.status = JobStatus()
+        if update.status is not None:
+            # The conditions of a job no worker runs yet (Created; Suspended while held).
+            job.status = update.status
         _record(job, update, source, time)
         return True
 

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from schemas.conditions import ConditionValue, set_condition
 from schemas.status import ConditionType, JobPhase, JobStatus, ReplicaStatus
 from workers.backends.base import UNSCHEDULABLE_PREFIX, PodObservation, PodPhase
-from workers.conditions import ConditionValue, set_condition
 from workers.frameworks.base import ReplicaCounts
 from workers.rendering import LABEL_JOB_NAME, LABEL_REPLICA_TYPE, PodPlan, RenderedJob
 
@@ -180,7 +180,11 @@ class JobRun:
             pod.unschedulable = obs.message if unschedulable else None
         over_limit = False
         fresh = self._fresh_restarts(pod, obs)
-        if obs.phase == "Failed":
+        if obs.phase == "Succeeded" and pod.plan.restart_policy == "Always":
+            # A kubelet restarts an Always container whatever its exit: such a pod never
+            # succeeds. Backends that report the exit (sim, local) restart it here.
+            over_limit = self._pod_failed(pod, obs, decision)
+        elif obs.phase == "Failed":
             self.restarts += fresh
             decision.restarted_in_place = fresh
             over_limit = self._pod_failed(pod, obs, decision)
@@ -229,6 +233,12 @@ class JobRun:
     def _pod_failed(self, pod: PodState, obs: PodObservation, decision: Decision) -> bool:
         """Restart the pod or fail the job; True when the backoff limit failed it."""
         policy = pod.plan.restart_policy
+        if obs.phase == "Failed" and self.rendered.adapter.tolerates_failure(
+            self.job, pod.plan.replica_type
+        ):
+            self._progress()
+            decision.changed = True  # the replica counts
+            return False
         if not _retryable(policy, obs.exit_code):
             decision.changed = self._fail(
                 "Failed",
@@ -372,10 +382,13 @@ class JobRun:
         return result
 
     def _count(self) -> None:
+        # Upstream counts a succeeded job's replicas that are still active as succeeded:
+        # they are stopped (cleanPodPolicy) or left to finish, never reported running.
+        done = self.phase == JobPhase.SUCCEEDED
         self.status.replicaStatuses = {
             rtype: ReplicaStatus(
-                active=c.active,
-                succeeded=c.succeeded,
+                active=0 if done else c.active,
+                succeeded=c.succeeded + c.active if done else c.succeeded,
                 failed=c.failed,
                 selector=self._selector(rtype),
             )
@@ -387,7 +400,9 @@ class JobRun:
 
     def _to_delete(self, *, stop_active: bool) -> list[PodPlan]:
         """Pods to delete now that the job finished: cleanPodPolicy's (All; Running for
-        Running and Pending; None keeps all), plus every active pod when `stop_active`."""
+        Running and Pending; None keeps all), plus every active pod when `stop_active`.
+        Upstream deletes finished pods too when the backoff limit or the deadline ends the
+        job; here they stay, under cleanPodPolicy None, so that their logs tell why."""
         policy = self.job.run_policy.cleanPodPolicy or "None"
         return [
             p.plan

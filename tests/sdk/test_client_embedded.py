@@ -231,3 +231,27 @@ async def test_a_job_deleted_by_its_ttl_keeps_its_outcome_and_frees_its_name(
     await client.create_job(document)
     job = await client.wait_for_job_conditions("brief", timeout=20)
     assert job.phase in (JobPhase.SUCCEEDED, JobPhase.DELETED) and job.attempt == 2
+
+
+async def test_a_job_held_suspended_by_the_hub_has_upstreams_conditions(
+    sim: AsyncTrainHubClient,
+) -> None:
+    # Upstream's operator marks a job created, then suspended, before any pod exists; a
+    # client waiting for either must see it while the hub holds the job.
+    document = jax_job("held", duration="0.2s")
+    document["spec"]["runPolicy"]["suspend"] = True
+    client = sim
+    await client.create_job(document)
+    await client.wait_for_job_conditions("held", expected_conditions={"Suspended"}, timeout=20)
+    assert await client.is_job_created("held")
+    found = [(c.type, c.status, c.reason) for c in await client.get_job_conditions("held")]
+    assert found == [("Created", "True", "JAXJobCreated"), ("Suspended", "True", "JAXJobSuspended")]
+    assert (await client.get_job_conditions("held"))[-1].message == "JAXJob held is suspended."
+    await client.resume_job("held")
+    await client.wait_for_job_conditions("held", timeout=20)
+    resumed = [e async for e in client.stream("held", follow=False) if e.update.reason == "Resumed"]
+    assert len(resumed) == 1 and resumed[0].update.status is not None
+    assert [(c.type, c.status, c.reason) for c in resumed[0].update.status.conditions] == [
+        ("Created", "True", "JAXJobCreated"),
+        ("Suspended", "False", "JAXJobResumed"),
+    ]

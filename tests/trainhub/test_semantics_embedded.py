@@ -46,7 +46,8 @@ async def _history(system: Embedded, uid: str, timeout: float = 20) -> list[JobS
 
 
 def _worker_updates(updates: list[JobStatusUpdate]) -> list[JobStatusUpdate]:
-    return [u for u in updates if u.status is not None]
+    # A worker numbers its updates; the hub's (Queued, Assigned, ...) carry sequence 0.
+    return [u for u in updates if u.sequence > 0]
 
 
 async def _ledger_phase(system: Embedded, uid: str, phase: JobPhase) -> None:

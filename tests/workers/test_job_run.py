@@ -408,3 +408,70 @@ def test_pytorch_master_decides_and_elastic_any_worker_does() -> None:
     )
     elastic.start()
     assert see(elastic, "e-worker-2", "Succeeded", 0).finished
+
+
+def test_a_succeeded_job_reports_its_still_active_replicas_as_succeeded() -> None:
+    # Upstream: once the job succeeded, Active is added to Succeeded and set to 0.
+    run = make_run(
+        job_document("TFJob", "t", {"Chief": replica(1), "Worker": replica(2)}, run_policy={})
+    )
+    run.start()
+    for pod in ("t-chief-0", "t-worker-0", "t-worker-1"):
+        see(run, pod, "Running")
+    assert run.status.replicaStatuses["Worker"].active == 2
+    done = see(run, "t-chief-0", "Succeeded", 0)
+    assert done.finished and run.phase == JobPhase.SUCCEEDED
+    workers = run.status.replicaStatuses["Worker"]
+    assert (workers.active, workers.succeeded, workers.failed) == (0, 2, 0)
+    chief = run.status.replicaStatuses["Chief"]
+    assert (chief.active, chief.succeeded) == (0, 1)
+
+
+def test_a_failed_job_keeps_its_active_replicas_active() -> None:
+    run = make_run(jax())
+    run.start()
+    see(run, "j-worker-0", "Running")
+    assert see(run, "j-worker-1", "Failed", 1).finished
+    workers = run.status.replicaStatuses["Worker"]
+    assert (workers.active, workers.succeeded, workers.failed) == (1, 0, 1)
+
+
+def test_tfjob_dynamic_workers_may_fail_and_the_chief_decides() -> None:
+    document = job_document(
+        "TFJob",
+        "d",
+        {"Chief": replica(1), "Worker": replica(2, restart_policy="Never")},
+        enableDynamicWorker=True,
+    )
+    run = make_run(document)
+    run.start()
+    for pod in ("d-chief-0", "d-worker-0", "d-worker-1"):
+        see(run, pod, "Running")
+    failed = see(run, "d-worker-0", "Failed", 1)
+    assert not failed.finished and failed.changed and failed.restart == []
+    assert run.phase == JobPhase.RUNNING
+    assert run.status.replicaStatuses["Worker"].failed == 1
+    assert see(run, "d-chief-0", "Succeeded", 0).finished
+    assert run.phase == JobPhase.SUCCEEDED
+    # Without the flag a failed worker fails the job, and the chief's failure always does.
+    plain = make_run(job_document("TFJob", "p", {"Chief": replica(1), "Worker": replica(2)}))
+    plain.start()
+    assert see(plain, "p-worker-0", "Failed", 1).finished
+    dynamic = make_run(document)
+    dynamic.start()
+    assert see(dynamic, "d-chief-0", "Failed", 1).finished
+
+
+def test_an_always_pod_that_exits_zero_is_restarted_not_succeeded() -> None:
+    # A kubelet restarts an Always container whatever its exit code; sim and local report
+    # the exit, so the run restarts the pod itself and counts it against the backoff limit.
+    run = make_run(jax(restart_policy="Always", run_policy={"backoffLimit": 1}))
+    run.start()
+    see(run, "j-worker-0", "Running")
+    first = see(run, "j-worker-0", "Succeeded", 0)
+    assert names(first.restart) == ["j-worker-0"] and not first.finished
+    assert run.phase == JobPhase.RESTARTING and run.restarts == 1
+    see(run, "j-worker-0", "Running")
+    second = see(run, "j-worker-0", "Succeeded", 0)
+    assert second.finished and run.phase == JobPhase.FAILED
+    assert "backoff limit" in (run.status.conditions[-1].message or "")

@@ -149,6 +149,10 @@ class FrameworkAdapter(abc.ABC):
     def environment(self, job: AnyJob, rtype: str, index: int, net: Network) -> list[EnvVar]:
         """Variables injected into the replica's containers, in upstream's order."""
 
+    def tolerates_failure(self, job: AnyJob, rtype: str) -> bool:
+        """A replica of this type that fails for good leaves the job running."""
+        return False
+
     @abc.abstractmethod
     def succeeded(self, job: AnyJob, counts: Mapping[str, ReplicaCounts]) -> bool:
         """The kind's success rule over per-replica-type pod counts."""

@@ -78,6 +78,10 @@ class TFAdapter(FrameworkAdapter):
             config = {"cluster": ordered, "task": task, "environment": "cloud"}
         return plain_env({"TF_CONFIG": json.dumps(config, separators=(",", ":"))})
 
+    def tolerates_failure(self, job: AnyJob, rtype: str) -> bool:
+        # Upstream's enableDynamicWorker: workers may come and go, the chief decides.
+        return rtype == "Worker" and bool(_tensorflow(job).spec.enableDynamicWorker)
+
     def succeeded(self, job: AnyJob, counts: Mapping[str, ReplicaCounts]) -> bool:
         chief = _chief_type(job)
         if chief is not None:
