@@ -167,3 +167,20 @@ def test_a_kind_that_is_not_a_string_is_refused_clearly() -> None:
     doc["kind"] = ["JAXJob"]
     with pytest.raises(JobInvalid, match="kind: must be a string"):
         parse_job(doc)
+
+
+def test_a_name_too_long_for_its_services_is_refused_at_admission() -> None:
+    # A Service name is a DNS-1035 label (63 characters): "<name>-worker-<index>" must fit,
+    # for the highest index; upstream lets the job in and fails when creating the Service.
+    fits = "a" * (63 - len("-worker-9"))
+    parse_job(jax_job(fits, workers=10))
+    with pytest.raises(JobInvalid) as caught:
+        parse_job(jax_job(fits, workers=11))
+    message = str(caught.value)
+    assert "metadata.name: too long for 11 Worker replica(s)" in message
+    assert f"'{fits}-worker-10' has 64 characters" in message
+    # MPIJob makes no Services: its pods' names may be longer.
+    mpi = yaml.safe_load((DATA / "mpi-pi.yaml").read_text())
+    mpi["metadata"]["name"] = "m" * 60
+    mpi["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = 12
+    assert parse_job(mpi).metadata.name == "m" * 60
