@@ -42,7 +42,7 @@ from schemas.events import (
 )
 from schemas.job_parsing import job_uid_of, names_of, parse_job
 from schemas.kubeflow import AnyJob
-from schemas.status import TTL_EXPIRED, ConditionType, JobPhase, JobStatus
+from schemas.status import ALREADY_EXISTS, TTL_EXPIRED, ConditionType, JobPhase, JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -239,7 +239,7 @@ class Hub:
                 # it is (a Rejected status under its uid would end it for every reader).
                 await self._publish_status(
                     known,
-                    reason="AlreadyExists",
+                    reason=ALREADY_EXISTS,
                     message=f"job {known.namespace or 'default'}/{known.name or known.uid} "
                     "already exists "
                     f"({known.phase.value}); this submission is also invalid: {exc}",
@@ -247,6 +247,7 @@ class Hub:
                 )
             elif uid is not None:
                 record = JobRecord(uid=uid, phase=JobPhase.REJECTED, **names_of(document))
+                record.submission = event.id  # a producer that waits for its run sees the end
                 await self._publish_status(record, reason="Invalid", message=str(exc))
             log.warning("rejected invalid job: %s", exc, extra={"job": uid, "event": event.id})
             raise
@@ -272,7 +273,7 @@ class Hub:
             )
             await self._publish_status(
                 known,
-                reason="AlreadyExists",
+                reason=ALREADY_EXISTS,
                 message=f"job {job.key} already exists ({known.phase.value}); "
                 "delete it to run it again",
                 submission=event.id,
@@ -402,7 +403,7 @@ class Hub:
 
     def _replay_own(self, update: JobStatusUpdate) -> None:
         """Re-apply a decision this hub (or its predecessor) published."""
-        if update.reason == "AlreadyExists":
+        if update.reason == ALREADY_EXISTS:
             return  # an answer to a refused duplicate, not a change of the job
         record = self.ledger.get(update.uid)
         if update.job is not None:

@@ -75,6 +75,10 @@ class JobPhase(StrEnum):
         return self in _FINISHED
 
 
+ALREADY_EXISTS = "AlreadyExists"
+"""The reason of the hub's answer to a submission it refused because the job exists: the
+update carries the existing job's phase but changes nothing about it."""
+
 TTL_EXPIRED = "TTLExpired"
 """The reason of the Deleted status the hub publishes when a job's ttlSecondsAfterFinished ran
 out: unlike a deletion by its owner, the job had finished, and its outcome still stands."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -17,6 +18,7 @@ import typer
 import yaml
 from prometheus_client import start_http_server
 from rich.console import Console
+from rich.text import Text
 
 from bus.base import BusError
 from dispatcher.placement_config import PlacementConfig
@@ -25,14 +27,14 @@ from schemas.errors import ContractError
 from schemas.events import EventType, JobStatusUpdate
 from schemas.job_parsing import load_documents, load_job_file, parse_job
 from schemas.kubeflow import derive_job_uid
-from schemas.status import JobPhase
+from schemas.status import ALREADY_EXISTS, JobPhase
 from trainhub.bus_factory import make_bus
 from trainhub.cli_help import examples, tidy_help
 from trainhub.cli_jobs import register as register_job_commands
 from trainhub.cli_live import LiveState, LiveView, want_live
 from trainhub.cli_plan import plan_jobs
 from trainhub.cli_settings import with_settings
-from trainhub.console_view import StatusPrinter, decision_table
+from trainhub.console_view import StatusPrinter, decision_table, error_text
 from trainhub.embedded import Embedded, EmbeddedOptions, make_worker_backend
 from trainhub.logs import setup_logging
 from trainhub.processes import run_hub, run_worker
@@ -52,8 +54,10 @@ app = typer.Typer(
         "trainhub COMMAND --help",
     ),
 )
-console = Console(soft_wrap=True)
-err_console = Console(stderr=True, soft_wrap=True)
+# No markup: job names, pod output and messages are the users' text, and brackets in them
+# must print as written (styles are given as Text).
+console = Console(soft_wrap=True, markup=False)
+err_console = Console(stderr=True, soft_wrap=True, markup=False)
 
 DEFAULT_CLUSTERS = ["east:cpu=4,memory=8Gi", "west:cpu=8,memory=16Gi"]
 
@@ -65,7 +69,7 @@ class Output(StrEnum):
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    err_console.print(error_text(message), highlight=False)
     return typer.Exit(code)
 
 
@@ -212,7 +216,10 @@ def up(
         exclusion_seconds=settings.exclusion_seconds,
         waiting_status_interval=settings.waiting_status_interval,
     )
-    code = asyncio.run(_run_up(options, settings, documents, exit_on_finish, want_live(live)))
+    try:
+        code = asyncio.run(_run_up(options, settings, documents, exit_on_finish, want_live(live)))
+    except asyncio.CancelledError:  # SIGTERM: stopped as on Ctrl-C, the pods with it
+        code = 128 + signal.SIGTERM
     raise typer.Exit(code)
 
 
@@ -234,6 +241,11 @@ async def _run_up(
     exit_on_finish: bool,
     live: bool,
 ) -> int:
+    # SIGTERM stops it as Ctrl-C does: the main task is cancelled, and leaving `Embedded`
+    # stops the workers, whose local pods (processes) go with them.
+    main = asyncio.current_task()
+    assert main is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
     bus = make_bus(settings, allow_memory=True)
     async with Embedded(options, bus=bus, topics=settings.topics()) as system:
         if settings.metrics_port is not None:
@@ -241,7 +253,15 @@ async def _run_up(
             console.print(f"metrics on http://127.0.0.1:{settings.metrics_port}/metrics")
         names = ", ".join(w.cluster for w in system.workers)
         count = len(system.workers)
-        headline = f"trainhub up: hub + {count} clusters ({names}), {options.backend} backend"
+        bus_name = (
+            f"Kafka at {settings.bootstrap}, topics {system.topics.prefix}.*"
+            if settings.bootstrap
+            else "in-memory bus"
+        )
+        headline = (
+            f"trainhub up: hub + {count} clusters ({names}), {options.backend} backend, "
+            f"{bus_name}"
+        )
         uids = [await system.submit(d) for d in documents]
         if live:
             state = LiveState(title=headline, max_heartbeat_age=options.max_heartbeat_age)
@@ -265,10 +285,12 @@ async def _run_up(
             for pod, text in (await system.pod_logs(update)).items():
                 tail = text.strip().splitlines()[-3:]
                 for line in tail:
-                    console.print(f"  [dim]{pod}[/] | {line}", highlight=False)
+                    console.print(Text.assemble(("  " + pod, "dim"), " | ", line), highlight=False)
         ok = all(u.phase.value == "Succeeded" for u in final.values())
         console.print(
-            "[bold green]all jobs succeeded[/]" if ok else "[bold red]some jobs did not succeed[/]"
+            Text("all jobs succeeded", style="bold green")
+            if ok
+            else Text("some jobs did not succeed", style="bold red")
         )
         return 0 if ok else 1
 
@@ -433,7 +455,11 @@ async def _submit(
                 await _follow_until_finished(updates, len(uids), final, view.status)
         else:
             await _follow_until_finished(updates, len(uids), final, StatusPrinter(console))
-        return 0 if all(u.phase == JobPhase.SUCCEEDED for u in final.values()) else 1
+        # A refused duplicate carries the existing job's phase: nothing ran for this call.
+        ok = all(
+            u.phase == JobPhase.SUCCEEDED and u.reason != ALREADY_EXISTS for u in final.values()
+        )
+        return 0 if ok else 1
     finally:
         await bus.close()
 
@@ -447,7 +473,7 @@ async def _follow_until_finished(
     """Show updates until `count` jobs finished (or were refused), keeping each last one."""
     async for update in updates:
         show(update)
-        if update.phase.finished or update.reason == "AlreadyExists":
+        if update.phase.finished or update.reason == ALREADY_EXISTS:
             final[update.uid] = update
             if len(final) == count:
                 return
@@ -469,13 +495,14 @@ def status(
 ) -> None:
     """Show a job's latest status as the status topic has it."""
     _require_bootstrap(settings)
-    update = asyncio.run(_latest_status(settings, job))
-    if update is None:
+    found = asyncio.run(_latest_status(settings, job))
+    if found is None:
         raise fail(f"no status for job {job!r} on the status topic", code=3)
+    update, published = found
     if output == Output.json:
         sys.stdout.write(update.model_dump_json(indent=2, exclude={"job"}) + "\n")
         return
-    StatusPrinter(console)(update)
+    StatusPrinter(console)(update, at=published)
     if update.status is not None:
         for condition in update.status.conditions:
             console.print(
@@ -485,13 +512,25 @@ def status(
 
 def _job_request(settings: TrainhubSettings, job: str, event_type: str, verb: str) -> None:
     _require_bootstrap(settings)
-    uid = asyncio.run(_resolve_and_request(settings, job, event_type))
-    if uid is None:
+    found = asyncio.run(_resolve_and_request(settings, job, event_type))
+    if found is None:
         raise fail(f"no job {job!r} known on the status topic", code=3)
+    uid, sent, phase = found
+    if not sent:
+        console.print(
+            f"nothing to do: {job} (uid {uid}) is {phase.value}; no {verb} requested",
+            highlight=False,
+        )
+        return
     console.print(f"{verb} requested for {job} (uid {uid})", highlight=False)
 
 
-async def _resolve_and_request(settings: TrainhubSettings, job: str, event_type: str) -> str | None:
+async def _resolve_and_request(
+    settings: TrainhubSettings, job: str, event_type: str
+) -> tuple[str, bool, JobPhase] | None:
+    """The job's uid, whether the request was sent, and the phase it was judged on: a
+    finished job is neither suspended nor resumed, a deleted one not deleted again (a phase
+    that may still change is no reason to hold a request back: the status may lag)."""
     bus = make_bus(settings)
     await bus.start()
     try:
@@ -499,8 +538,15 @@ async def _resolve_and_request(settings: TrainhubSettings, job: str, event_type:
         latest = await latest_status(bus, topics, _candidate_uids(job))
         if latest is None:
             return None
-        await request(bus, topics, event_type, latest.uid)
-        return latest.uid
+        update = latest[0]
+        pointless = (
+            update.phase == JobPhase.DELETED
+            if event_type == EventType.JOB_DELETED
+            else update.phase.finished
+        )
+        if not pointless:
+            await request(bus, topics, event_type, update.uid)
+        return update.uid, not pointless, update.phase
     finally:
         await bus.close()
 
@@ -555,7 +601,9 @@ def _candidate_uids(job: str) -> set[str]:
     return {job, derive_job_uid(namespace or "default", name)}
 
 
-async def _latest_status(settings: TrainhubSettings, job: str) -> JobStatusUpdate | None:
+async def _latest_status(
+    settings: TrainhubSettings, job: str
+) -> tuple[JobStatusUpdate, datetime] | None:
     bus = make_bus(settings)
     await bus.start()
     try:
@@ -682,5 +730,5 @@ def main() -> None:
     try:
         app()
     except BusError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        err_console.print(error_text(str(exc)), highlight=False)
         sys.exit(2)

@@ -30,7 +30,7 @@ from schemas.kubeflow import AnyJob
 from schemas.quantity import format_quantity
 from trainhub.cli_help import examples
 from trainhub.cli_settings import with_settings
-from trainhub.console_view import decision_table
+from trainhub.console_view import decision_table, error_text
 from trainhub.sdk import AsyncTrainHubClient
 from trainhub.sdk_errors import JobNotFoundError, LogsUnavailableError
 from trainhub.sdk_functions import FUNCTION_ANNOTATION
@@ -48,8 +48,8 @@ _GIB = Decimal(2**30)
 _T = TypeVar("_T")
 
 # Piped output is read by scripts and tests: wide enough that table cells are not wrapped.
-console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200)
-err_console = Console(stderr=True, soft_wrap=True)
+console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200, markup=False)
+err_console = Console(stderr=True, soft_wrap=True, markup=False)
 
 get_app = typer.Typer(
     help="List jobs or member clusters.",
@@ -95,7 +95,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _fail(message: str, code: int) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    err_console.print(error_text(message), highlight=False)
     return typer.Exit(code)
 
 

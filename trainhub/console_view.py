@@ -41,8 +41,9 @@ class StatusPrinter:
     def __init__(self, console: Console) -> None:
         self.console = console
 
-    def __call__(self, update: JobStatusUpdate) -> None:
-        stamp = datetime.now().strftime("%H:%M:%S")
+    def __call__(self, update: JobStatusUpdate, at: datetime | None = None) -> None:
+        """`at`: when the update was published (default: now, for updates as they come)."""
+        stamp = (at.astimezone() if at is not None else datetime.now()).strftime("%H:%M:%S")
         name = f"{update.namespace}/{update.name}" if update.name else update.uid
         where = f" on {update.cluster}" if update.cluster else ""
         line = Text(f"{stamp} {name} ")
@@ -51,3 +52,8 @@ class StatusPrinter:
         self.console.print(line, highlight=False)
         if update.phase.value == "Assigned" and update.placement is not None:
             self.console.print(decision_table(update.placement, f"placement of {name}"))
+
+
+def error_text(message: str) -> Text:
+    """`error: message`, the message printed as written (brackets and all)."""
+    return Text.assemble(("error:", "bold red"), " ", message)

@@ -24,6 +24,7 @@ from schemas.events import (
     make_event,
 )
 from schemas.job_parsing import job_uid_of
+from schemas.status import ALREADY_EXISTS
 
 SOURCE = "trainhub/producer"
 
@@ -96,15 +97,20 @@ async def follow_status(
         await subscription.stop()
 
 
-async def latest_status(bus: Bus, topics: Topics, uids: set[str]) -> JobStatusUpdate | None:
-    """The newest status update of any of `uids` on the status topic (read to its end)."""
-    latest: JobStatusUpdate | None = None
+async def latest_status(
+    bus: Bus, topics: Topics, uids: set[str]
+) -> tuple[JobStatusUpdate, datetime] | None:
+    """The newest status update of any of `uids` on the status topic (read to its end), and
+    when it was published."""
+    latest: tuple[JobStatusUpdate, datetime] | None = None
     async for event in events_to_end(bus, topics.status, keys=uids):
         if event.type == EventType.JOB_STATUS:
             try:
-                latest = event.data_as(JobStatusUpdate)
+                update = event.data_as(JobStatusUpdate)
             except ValueError:
                 continue
+            if update.reason != ALREADY_EXISTS:  # an answer to a refused submission
+                latest = update, event.time
     return latest
 
 

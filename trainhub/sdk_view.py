@@ -15,7 +15,14 @@ from bus.topics import Topics
 from schemas.codec import decode_event
 from schemas.errors import EventDecodeError
 from schemas.events import EventType, JobStatusUpdate, PlacementDecision
-from schemas.status import TTL_EXPIRED, ConditionType, JobCondition, JobPhase, JobStatus
+from schemas.status import (
+    ALREADY_EXISTS,
+    TTL_EXPIRED,
+    ConditionType,
+    JobCondition,
+    JobPhase,
+    JobStatus,
+)
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +31,7 @@ WORKER_SOURCE_PREFIX = "trainhub/worker/"
 HISTORY = 30
 """Status events kept per job (for `describe`)."""
 _POLL = 0.1
-REFUSED = "AlreadyExists"
+REFUSED = ALREADY_EXISTS
 """The hub's reason when it refuses a submission of a job that already exists."""
 
 _PHASE_CONDITIONS = {

@@ -147,6 +147,25 @@ async def test_status_command_and_submit_watch(
         assert shown.returncode == 0, shown.stderr
         status = json.loads(shown.stdout)
         assert status["phase"] == "Succeeded" and status["cluster"] == "solo"
+        # Submitted again: refused, and the exit code says nothing ran, whatever the old job
+        # did; the refusal does not become the job's status.
+        again = await cli("submit", str(job_file), "--watch", *common, timeout=120)
+        assert again.returncode == 1, again.stdout + again.stderr
+        assert "already exists" in again.stdout
+        shown = await cli("status", "default/watched", "-o", "json", *common, timeout=60)
+        assert json.loads(shown.stdout)["reason"] == "JAXJobSucceeded", shown.stdout
+        noop = await cli("suspend", "default/watched", *common, timeout=60)
+        assert noop.returncode == 0 and "nothing to do" in noop.stdout, noop.stdout
+        # Invalid for the hub, unchecked here: the watcher sees the rejection and stops.
+        invalid = tmp_path / "invalid.yaml"
+        broken = jax_job("broken")
+        container = broken["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+        del container["image"]
+        invalid.write_text(yaml.safe_dump(broken))
+        rejected = await cli(
+            "submit", str(invalid), "--no-validate", "--watch", *common, timeout=120
+        )
+        assert rejected.returncode == 1 and "Rejected" in rejected.stdout, rejected.stdout
         failing = tmp_path / "failing.yaml"
         failing.write_text(yaml.safe_dump(jax_job("failing", workers=1, exit_code="4")))
         failed = await cli("submit", str(failing), "--watch", *common, timeout=120)

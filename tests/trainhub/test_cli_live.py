@@ -224,7 +224,9 @@ def test_piped_up_keeps_one_line_per_status_change(tmp_path: Path) -> None:
         )
         assert result.returncode == code, result.stdout + result.stderr
         lines = result.stdout.splitlines()
-        assert lines[0] == "trainhub up: hub + 2 clusters (east, west), sim backend"
+        assert lines[0] == (
+            "trainhub up: hub + 2 clusters (east, west), sim backend, in-memory bus"
+        )
         phases = [m.groups() for m in map(LINE.match, lines) if m]
         good_phases = [p for name, p in phases if name == "good"]
         assert good_phases[0] == "Queued" and good_phases[-1] == "Succeeded"
