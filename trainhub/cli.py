@@ -40,7 +40,8 @@ from trainhub.logs import setup_logging
 from trainhub.processes import run_hub, run_worker
 from trainhub.producer import follow_submissions, latest_status, request, submit_with_id
 from trainhub.settings import TrainhubSettings
-from workers.cluster_spec import parse_cluster_spec
+from workers.backends.base import Backend
+from workers.cluster_spec import check_cluster_name, parse_cluster_spec
 from workers.rendering import render_job
 
 app = typer.Typer(
@@ -187,15 +188,39 @@ def up(
     ] = False,
     logs_dir: Annotated[Path | None, typer.Option(help="Keep pod logs here.")] = None,
     live: Annotated[bool | None, typer.Option("--live/--no-live", help=_LIVE_HELP)] = None,
+    sandbox: Annotated[
+        bool,
+        typer.Option(
+            "--sandbox",
+            help="One kube worker per member cluster of the running sandbox (`trainhub "
+            "sandbox up --clusters N`), as its least-privilege identity, on its broker.",
+        ),
+    ] = False,
 ) -> None:
     """Run the hub and the clusters' workers in one process, on an in-memory bus (or on
-    Kafka with --bootstrap).
+    Kafka with --bootstrap; with --sandbox, on the sandbox's clusters and broker).
 
     On a terminal a live view shows the jobs, the clusters' free capacity and the progress;
     piped, every status change is one line. The hub's placement settings (`placement:` in
     --config) apply."""
+    backends: dict[str, Backend] | None = None
+    namespaces: dict[str, list[str]] | None = None
+    if sandbox:
+        if cluster:
+            raise fail("--sandbox runs the sandbox's clusters: leave out --cluster", code=2)
+        settings, backends, namespaces = _sandbox_workers(settings)
+        backend = "kube"
     try:
-        specs = [parse_cluster_spec(c) for c in (cluster or DEFAULT_CLUSTERS)]
+        specs = [] if sandbox else [parse_cluster_spec(c) for c in (cluster or DEFAULT_CLUSTERS)]
+        names = [s.name for s in specs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"--cluster names must differ (got {', '.join(names)})")
+        if backend not in ("local", "sim") and not sandbox:
+            raise ValueError(
+                f"trainhub up runs local or sim clusters, not {backend!r}; for Kubernetes "
+                "clusters use --sandbox (the sandbox's), or run `trainhub hub` and one "
+                "`trainhub worker --backend kube` per cluster"
+            )
         documents = [d for f in job_files or [] for d in _documents(f)]
     except (ContractError, ValueError) as exc:
         raise fail(str(exc)) from None
@@ -217,10 +242,44 @@ def up(
         waiting_status_interval=settings.waiting_status_interval,
     )
     try:
-        code = asyncio.run(_run_up(options, settings, documents, exit_on_finish, want_live(live)))
+        code = asyncio.run(
+            _run_up(
+                options, settings, documents, exit_on_finish, want_live(live), backends, namespaces
+            )
+        )
     except asyncio.CancelledError:  # SIGTERM: stopped as on Ctrl-C, the pods with it
         code = 128 + signal.SIGTERM
     raise typer.Exit(code)
+
+
+def _sandbox_workers(
+    settings: TrainhubSettings,
+) -> tuple[TrainhubSettings, dict[str, Backend], dict[str, list[str]]]:
+    """The settings on the sandbox's broker (unless a bootstrap is given) and a kube backend
+    per member cluster, as the worker identity its RBAC binds to the allowed namespaces."""
+    from trainhub.sandbox.control import read_state
+
+    state = read_state()
+    if state is None or not state.clusters:
+        raise fail(
+            "no sandbox member clusters are running: start them with "
+            "`trainhub sandbox up --clusters N`",
+            code=2,
+        )
+    if not settings.bootstrap:
+        settings = settings.model_copy(update={"bootstrap": state.kafka["bootstrap"]})
+    backends = {
+        c["name"]: make_worker_backend(
+            "kube",
+            c["name"],
+            capacity="",
+            kubeconfig=Path(c["workerKubeconfig"]),
+            context=c["workerContext"],
+            namespaces=list(c["namespaces"]),
+        )
+        for c in state.clusters
+    }
+    return settings, backends, {c["name"]: list(c["namespaces"]) for c in state.clusters}
 
 
 def _documents(path: Path) -> list[dict[str, Any]]:
@@ -240,6 +299,8 @@ async def _run_up(
     documents: list[dict[str, Any]],
     exit_on_finish: bool,
     live: bool,
+    backends: dict[str, Backend] | None = None,
+    namespaces: dict[str, list[str]] | None = None,
 ) -> int:
     # SIGTERM stops it as Ctrl-C does: the main task is cancelled, and leaving `Embedded`
     # stops the workers, whose local pods (processes) go with them.
@@ -247,7 +308,10 @@ async def _run_up(
     assert main is not None
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
     bus = make_bus(settings, allow_memory=True)
-    async with Embedded(options, bus=bus, topics=settings.topics()) as system:
+    topics = settings.topics()
+    async with Embedded(
+        options, bus=bus, topics=topics, backends=backends, namespaces=namespaces
+    ) as system:
         if settings.metrics_port is not None:
             start_http_server(settings.metrics_port, registry=system.registry)
             console.print(f"metrics on http://127.0.0.1:{settings.metrics_port}/metrics")
@@ -259,8 +323,7 @@ async def _run_up(
             else "in-memory bus"
         )
         headline = (
-            f"trainhub up: hub + {count} clusters ({names}), {options.backend} backend, "
-            f"{bus_name}"
+            f"trainhub up: hub + {count} clusters ({names}), {options.backend} backend, {bus_name}"
         )
         uids = [await system.submit(d) for d in documents]
         if live:
@@ -358,6 +421,10 @@ def worker(
             raise ValueError(f"--weight must be within 0..100 (got {weight:g})")
         if cost is not None and not cost >= 0:
             raise ValueError(f"--cost must be >= 0 (got {cost:g})")
+        check_cluster_name(cluster)
+        malformed = [item for item in label or [] if "=" not in item]
+        if malformed:
+            raise ValueError(f"--label takes KEY=VALUE (got {', '.join(map(repr, malformed))})")
         labels = dict(item.split("=", 1) for item in label or [])
         chosen = make_worker_backend(
             backend,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -84,7 +84,11 @@ class Embedded:
         bus: Bus | None = None,
         topics: Topics | None = None,
         registry: CollectorRegistry | None = None,
+        backends: Mapping[str, Backend] | None = None,
+        namespaces: Mapping[str, list[str]] | None = None,
     ) -> None:
+        """`backends`: the clusters' backends by name, made by the caller (kube clusters),
+        and the namespaces each may create in; else one backend per `options.clusters`."""
         self.options = options
         self.bus: Bus = bus or MemoryBus()
         self.topics = topics or Topics()
@@ -107,19 +111,23 @@ class Embedded:
             ),
             registry=self.registry,
         )
+        if backends is None:
+            backends = {s.name: make_backend(s, options, logs_root) for s in options.clusters}
+        labels = {s.name: s.labels for s in options.clusters}
         self.workers = [
             Worker(
                 self.bus,
-                make_backend(spec, options, logs_root),
+                backend,
                 WorkerConfig(
-                    cluster=spec.name,
+                    cluster=name,
                     heartbeat_interval=options.heartbeat_interval,
-                    labels=spec.labels,
+                    labels=labels.get(name, {}),
+                    namespaces=(namespaces or {}).get(name),
                 ),
                 self.topics,
                 registry=self.registry,
             )
-            for spec in options.clusters
+            for name, backend in backends.items()
         ]
 
     async def __aenter__(self) -> Embedded:

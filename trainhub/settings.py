@@ -95,7 +95,10 @@ def load_settings(config: Path | None = None, **flags: Any) -> TrainhubSettings:
     """Defaults < YAML file < environment < flags (a flag left at None is not given)."""
     file_values: dict[str, Any] = {}
     if config is not None:
-        loaded = yaml.safe_load(config.read_text()) or {}
+        try:
+            loaded = yaml.safe_load(config.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{config}: not valid YAML: {exc}") from None
         if not isinstance(loaded, dict):
             raise ValueError(f"{config}: expected a mapping of settings")
         file_values = loaded

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -9,6 +10,7 @@ from schemas.quantity import parse_quantity
 from workers.backends.node_pool import NodePool, PoolNode
 
 _ALIASES = {"gpu": "nvidia.com/gpu"}
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 @dataclass
@@ -28,12 +30,23 @@ class ClusterSpec:
         )
 
 
+def check_cluster_name(name: str) -> None:
+    """ValueError unless `name` can name a cluster: it becomes part of topic names, node
+    names and every status, and the hub's snapshots accept DNS-1123 labels only."""
+    if not _NAME.match(name) or len(name) > 63:
+        raise ValueError(
+            f"cluster name {name!r} is not a DNS-1123 label (at most 63 lower-case letters, "
+            "digits and '-', starting and ending with a letter or digit)"
+        )
+
+
 def parse_cluster_spec(text: str) -> ClusterSpec:
     """`NAME[:key=value,...]`; keys are resources (cpu, memory, gpu, pods, any extended name),
     `nodes` (count, default 1; each node gets the resources), and `label.KEY=VALUE`."""
     name, _, rest = text.partition(":")
     if not name:
         raise ValueError(f"cluster spec {text!r} has no name")
+    check_cluster_name(name)
     spec = ClusterSpec(name=name, allocatable={"cpu": Decimal(4), "memory": Decimal(8 * 2**30)})
     if rest:
         spec.allocatable = {}
@@ -42,10 +55,21 @@ def parse_cluster_spec(text: str) -> ClusterSpec:
         if not sep:
             raise ValueError(f"cluster spec {text!r}: {item!r} is not key=value")
         if key == "nodes":
+            if not value.isdigit() or int(value) < 1:
+                raise ValueError(f"cluster spec {text!r}: nodes must be a count of at least 1")
             spec.nodes = int(value)
         elif key.startswith("label."):
             spec.labels[key.removeprefix("label.")] = value
         else:
-            spec.allocatable[_ALIASES.get(key, key)] = parse_quantity(value)
+            amount = parse_quantity(value)
+            if amount < 0:
+                raise ValueError(f"cluster spec {text!r}: {key} cannot be negative ({value})")
+            spec.allocatable[_ALIASES.get(key, key)] = amount
+    if rest and not {"cpu", "memory"} <= spec.allocatable.keys():
+        missing = sorted({"cpu", "memory"} - spec.allocatable.keys())
+        raise ValueError(
+            f"cluster spec {text!r}: no {' or '.join(missing)} given (a misspelt key such as "
+            "'mem' is taken as a resource of that name)"
+        )
     spec.allocatable.setdefault("pods", Decimal(110))
     return spec
