@@ -51,9 +51,7 @@ def test_bad_specs_are_refused_with_the_reason(text: str, expected: str) -> None
         (["worker", "--cluster", "a", "--label", "novalue"], "--label takes KEY=VALUE"),
     ],
 )
-def test_bad_cli_input_is_one_line_of_error_not_a_traceback(
-    args: list[str], expected: str
-) -> None:
+def test_bad_cli_input_is_one_line_of_error_not_a_traceback(args: list[str], expected: str) -> None:
     result = CliRunner().invoke(app, [*args, "--bootstrap", "127.0.0.1:1"])
     assert result.exit_code == 1, result.output
     assert expected in result.output and "Traceback" not in result.output

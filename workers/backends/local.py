@@ -19,6 +19,7 @@ from typing import IO
 
 from bus.aiotasks import TaskOwner
 from workers.backends.base import Backend, Capacity, PodObservation, PodPhase
+from workers.backends.crash_backoff import CrashBackoff
 from workers.backends.node_pool import NodePool
 from workers.backends.pod_env import ProcessSpec, UnresolvableEnv, process_spec
 from workers.network import LoopbackNetwork, Network
@@ -65,6 +66,7 @@ class LocalBackend(Backend):
         self.master_wait_interval = master_wait_interval
         self._pods: dict[str, _LocalPod] = {}
         self._tasks = TaskOwner("local")
+        self.backoff = CrashBackoff()
 
     def network(self) -> Network:
         return LoopbackNetwork()
@@ -99,14 +101,22 @@ class LocalBackend(Backend):
         local.bound = self.pool.bind(key, pod.requests, {}) is not None
         if not local.bound:
             log.warning("local node is over-committed by pod %s", key, extra={"job": job_uid})
-        if pod.master_address is None:
+        delay = self.backoff.delay(key)
+        if pod.master_address is None and not delay:
             await self._start_process(key, local, spec)
         else:
             await self._emit(local, "Pending")
-            local.starter = self._tasks.spawn(self._start_after_master(key, local, spec), key)
+            local.starter = self._tasks.spawn(self._start_later(key, local, spec, delay), key)
 
-    async def _start_after_master(self, key: str, pod: _LocalPod, spec: ProcessSpec) -> None:
-        assert pod.plan.master_address is not None
+    async def _start_later(self, key: str, pod: _LocalPod, spec: ProcessSpec, delay: float) -> None:
+        """Start once the crash backoff has passed and the master accepts connections."""
+        if delay:
+            log.info("%s restarts in %gs (crash backoff)", key, delay, extra={"job": pod.job_uid})
+            await asyncio.sleep(delay)
+        if pod.plan.master_address is None:
+            pod.starter = None  # from here on a delete stops the process instead
+            await self._start_process(key, pod, spec)
+            return
         host, port = pod.plan.master_address
         for attempt in range(self.master_wait_tries):
             if attempt:
@@ -128,7 +138,8 @@ class LocalBackend(Backend):
     async def _start_process(self, key: str, pod: _LocalPod, spec: ProcessSpec) -> None:
         container = pod.plan.main_container
         cwd = self.workdir / container.workingDir if container.workingDir else self.workdir
-        output: IO[bytes] = pod.log_path.open("wb")
+        # Appended: a restarted pod's log keeps what the run before it said (why it failed).
+        output: IO[bytes] = pod.log_path.open("ab")
         try:
             pod.process = await asyncio.create_subprocess_exec(
                 *spec.argv,
@@ -212,6 +223,7 @@ class LocalBackend(Backend):
         for key in [k for k, p in self._pods.items() if p.job_uid == job_uid]:
             namespace, name = key.split("/", 1)
             await self.delete_pod(job_uid, name, namespace)
+            self.backoff.forget(key)
 
     async def capacity(self) -> Capacity:
         return Capacity(self.pool.snapshots(), {p.job_uid for p in self._pods.values() if p.bound})

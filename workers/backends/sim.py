@@ -17,6 +17,7 @@ from workers.backends.base import (
     PodObservation,
     PodPhase,
 )
+from workers.backends.crash_backoff import CrashBackoff
 from workers.backends.node_pool import NodePool
 from workers.durations import parse_duration
 from workers.rendering import PodPlan, ServicePlan
@@ -50,6 +51,8 @@ class _SimPod:
     phase: PodPhase = "Pending"
     node: str | None = None
     unschedulable: str | None = None
+    delay: float = 0.0
+    """Seconds it waits on its node before it runs (crash backoff)."""
 
 
 class SimBackend(Backend):
@@ -62,6 +65,7 @@ class SimBackend(Backend):
         self._pods: dict[str, _SimPod] = {}
         self._services: dict[str, str] = {}
         self._tasks = TaskOwner("sim")
+        self.backoff = CrashBackoff()
 
     async def close(self) -> None:
         await self._tasks.cancel_all()
@@ -73,7 +77,7 @@ class SimBackend(Backend):
         key = f"{pod.namespace}/{pod.name}"
         if key in self._pods:
             return
-        self._pods[key] = _SimPod(job_uid, pod)
+        self._pods[key] = _SimPod(job_uid, pod, delay=self.backoff.delay(key))
         await self._emit(self._pods[key])
         self._bind_pending()
 
@@ -97,6 +101,8 @@ class SimBackend(Backend):
                 )
 
     async def _run(self, key: str, pod: _SimPod) -> None:
+        if pod.delay:  # crash backoff: bound to its node, not running yet
+            await asyncio.sleep(pod.delay * self.time_scale)
         if self._pods.get(key) is not pod:
             return  # deleted before it started
         pod.phase = "Running"
@@ -128,6 +134,7 @@ class SimBackend(Backend):
         for key in [k for k, p in self._pods.items() if p.job_uid == job_uid]:
             namespace, name = key.split("/", 1)
             await self.delete_pod(job_uid, name, namespace)
+            self.backoff.forget(key)
         for key in [k for k, uid in self._services.items() if uid == job_uid]:
             del self._services[key]
 
