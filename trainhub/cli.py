@@ -222,6 +222,8 @@ def up(
                 "`trainhub worker --backend kube` per cluster"
             )
         documents = [d for f in job_files or [] for d in _documents(f)]
+        if exit_on_finish and not documents:
+            raise ValueError("--exit-on-finish waits for the jobs given: name at least one file")
     except (ContractError, ValueError) as exc:
         raise fail(str(exc)) from None
     try:
@@ -559,10 +561,13 @@ def status(
         str, typer.Argument(help="Job uid, NAMESPACE/NAME, or NAME (namespace default).")
     ],
     output: Annotated[Output, typer.Option("-o", "--output")] = Output.text,
+    namespace: Annotated[
+        str, typer.Option("--namespace", "-n", help="Namespace of a bare NAME.")
+    ] = "default",
 ) -> None:
     """Show a job's latest status as the status topic has it."""
     _require_bootstrap(settings)
-    found = asyncio.run(_latest_status(settings, job))
+    found = asyncio.run(_latest_status(settings, _qualified(job, namespace)))
     if found is None:
         raise fail(f"no status for job {job!r} on the status topic", code=3)
     update, published = found
@@ -628,9 +633,12 @@ async def _resolve_and_request(
 def delete(
     settings: TrainhubSettings,
     job: Annotated[str, typer.Argument(help="Job uid, NAMESPACE/NAME, or NAME.")],
+    namespace: Annotated[
+        str, typer.Option("--namespace", "-n", help="Namespace of a bare NAME.")
+    ] = "default",
 ) -> None:
     """Delete a job: its pods go wherever they run."""
-    _job_request(settings, job, EventType.JOB_DELETED, "delete")
+    _job_request(settings, _qualified(job, namespace), EventType.JOB_DELETED, "delete")
 
 
 @app.command(
@@ -643,9 +651,12 @@ def delete(
 def suspend(
     settings: TrainhubSettings,
     job: Annotated[str, typer.Argument(help="Job uid, NAMESPACE/NAME, or NAME.")],
+    namespace: Annotated[
+        str, typer.Option("--namespace", "-n", help="Namespace of a bare NAME.")
+    ] = "default",
 ) -> None:
     """Suspend a job: its pods and services are deleted until it is resumed."""
-    _job_request(settings, job, EventType.JOB_SUSPENDED, "suspend")
+    _job_request(settings, _qualified(job, namespace), EventType.JOB_SUSPENDED, "suspend")
 
 
 @app.command(
@@ -658,14 +669,23 @@ def suspend(
 def resume(
     settings: TrainhubSettings,
     job: Annotated[str, typer.Argument(help="Job uid, NAMESPACE/NAME, or NAME.")],
+    namespace: Annotated[
+        str, typer.Option("--namespace", "-n", help="Namespace of a bare NAME.")
+    ] = "default",
 ) -> None:
     """Resume a suspended job."""
-    _job_request(settings, job, EventType.JOB_RESUMED, "resume")
+    _job_request(settings, _qualified(job, namespace), EventType.JOB_RESUMED, "resume")
+
+
+def _qualified(job: str, namespace: str) -> str:
+    """NAME in `namespace` (`-n`); a uid or NAMESPACE/NAME stays as given."""
+    return job if "/" in job or namespace == "default" else f"{namespace}/{job}"
 
 
 def _candidate_uids(job: str) -> set[str]:
+    """A uid as given, or the uid NAMESPACE/NAME derives (namespace default)."""
     namespace, _, name = job.rpartition("/")
-    return {job, derive_job_uid(namespace or "default", name)}
+    return {job, name, derive_job_uid(namespace or "default", name)}
 
 
 async def _latest_status(

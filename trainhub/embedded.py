@@ -59,6 +59,8 @@ def make_worker_backend(
     namespaces: list[str] | None = None,
 ) -> Backend:
     """The backend of a standalone `trainhub worker` process."""
+    if kind not in ("kube", "local", "sim"):
+        raise ValueError(f"unknown backend {kind!r}: kube, local or sim")
     if kind == "kube":
         if kubeconfig is None:
             raise ValueError("the kube backend needs --kubeconfig (and usually --context)")

@@ -49,6 +49,8 @@ def test_bad_specs_are_refused_with_the_reason(text: str, expected: str) -> None
         (["up", "--cluster", "a:cpu=4,mem=8Gi"], "no memory given"),
         (["worker", "--cluster", "X_Y", "--backend", "sim"], "is not a DNS-1123 label"),
         (["worker", "--cluster", "a", "--label", "novalue"], "--label takes KEY=VALUE"),
+        (["worker", "--cluster", "a", "--backend", "foo"], "unknown backend 'foo': kube, local"),
+        (["up", "--exit-on-finish"], "name at least one file"),
     ],
 )
 def test_bad_cli_input_is_one_line_of_error_not_a_traceback(args: list[str], expected: str) -> None:
