@@ -51,6 +51,8 @@ class FitResult:
     fits: bool
     usage: Usage = field(default_factory=dict)
     reason: str | None = None
+    certain: bool = True
+    """For a gang that does not fit: False when the search for a packing gave up."""
 
 
 def tolerates(tolerations: tuple[Toleration, ...], taint: Taint) -> bool:
@@ -59,7 +61,8 @@ def tolerates(tolerations: tuple[Toleration, ...], taint: Taint) -> bool:
     for tol in tolerations:
         if tol.effect and tol.effect != taint.effect:
             continue
-        if tol.operator == "Exists" and (tol.key is None or tol.key == taint.key):
+        # An empty key with Exists matches every taint (as a key left out does).
+        if tol.operator == "Exists" and (not tol.key or tol.key == taint.key):
             return True
         if tol.key == taint.key and (tol.value or "") == (taint.value or ""):
             return True
@@ -229,7 +232,19 @@ def gang_fit(
         return FitResult(True, usage=usage)
     assert failure is not None
     at, placed = failure
-    return FitResult(False, reason=shortage(nodes, demands[at], placed, candidates[at]))
+    reason = shortage(nodes, demands[at], placed, candidates[at])
+    if len(demands) == 1:
+        return FitResult(False, reason=reason)  # best fit is exact for one replica type
+    found, complete = search_fit(
+        lambda i: nodes[i].free,
+        [n.name for n in nodes],
+        [_POD_SLOT in n.free for n in nodes],
+        demands,
+        candidates,
+    )
+    if found is not None:
+        return FitResult(True, usage=found)
+    return FitResult(False, reason=reason, certain=complete)
 
 
 def best_fit(
@@ -272,6 +287,116 @@ def best_fit(
             if slack is not None:
                 heapq.heappush(heap, (slack, index))
     return usage, None
+
+
+SEARCH_BUDGET = 4_000
+"""Pods tried on nodes before `search_fit` gives up (some milliseconds)."""
+
+
+def search_fit(
+    free_of: Callable[[int], Mapping[str, Decimal]],
+    names: Sequence[str],
+    pod_slot: Sequence[bool],
+    demands: Sequence[PodDemand],
+    candidates: Sequence[Sequence[int]],
+    budget: int = SEARCH_BUDGET,
+) -> tuple[Usage | None, bool]:
+    """Pack with backtracking where `best_fit` got stuck: greedy packing of several replica
+    types can fill the node one type needed with another (kube-scheduler, placing pod by
+    pod, would not have). Depth first over the pods, each tried on the nodes that can take
+    it, best fit first; the pods of one type, being interchangeable, go to nodes in the
+    order of their candidates, so no packing is tried twice.
+
+    Returns the usage, or None and whether the search was complete: False when it gave up
+    after `budget` tries, and then the gang may fit after all. Nodes that cannot hold the
+    gang even counted in sum are answered at once (`cannot_fit`)."""
+    if cannot_fit(free_of, pod_slot, demands, candidates):
+        return None, True
+    order = [at for at, demand in enumerate(demands) for _ in range(demand.count)]
+    rooms: dict[int, dict[str, Decimal]] = {}
+
+    def room(index: int) -> dict[str, Decimal]:
+        found = rooms.get(index)
+        if found is None:
+            found = rooms[index] = dict(free_of(index))
+        return found
+
+    def fitting(depth: int, chosen: list[int]) -> list[int]:
+        at = order[depth]
+        first = chosen[-1] if depth and order[depth - 1] == at else 0
+        demand, nodes = demands[at], candidates[at]
+        slacks = []
+        for position in range(first, len(nodes)):
+            index = nodes[position]
+            slack = _slack(room(index), demand.positive_needs[pod_slot[index]])
+            if slack is not None:
+                slacks.append((slack, position))
+        slacks.sort()
+        return [position for _, position in slacks]
+
+    def move(depth: int, position: int, sign: int) -> None:
+        at = order[depth]
+        index = candidates[at][position]
+        free = room(index)
+        for resource, amount in demands[at].needs[pod_slot[index]].items():
+            free[resource] = free.get(resource, _ZERO) - sign * amount
+
+    if not order:
+        return {}, True
+    chosen: list[int] = []
+    frames: list[tuple[list[int], int]] = [(fitting(0, chosen), 0)]
+    tries = 0
+    while frames:
+        options, following = frames[-1]
+        depth = len(frames) - 1
+        if len(chosen) > depth:  # back from a deeper frame: undo this depth's last choice
+            move(depth, chosen.pop(), -1)
+        if following >= len(options):
+            frames.pop()
+            continue
+        tries += 1
+        if tries > budget:
+            return None, False
+        frames[-1] = (options, following + 1)
+        move(depth, options[following], +1)
+        chosen.append(options[following])
+        if len(chosen) == len(order):
+            usage: Usage = {}
+            for at_depth, position in enumerate(chosen):
+                at = order[at_depth]
+                index = candidates[at][position]
+                node_usage = usage.setdefault(names[index], {})
+                for resource, amount in demands[at].needs[pod_slot[index]].items():
+                    node_usage[resource] = node_usage.get(resource, _ZERO) + amount
+            return usage, True
+        frames.append((fitting(len(chosen), chosen), 0))
+    return None, True
+
+
+def cannot_fit(
+    free_of: Callable[[int], Mapping[str, Decimal]],
+    pod_slot: Sequence[bool],
+    demands: Sequence[PodDemand],
+    candidates: Sequence[Sequence[int]],
+) -> bool:
+    """True when the nodes surely cannot hold the gang: a replica type has fewer pod slots
+    on its nodes than pods, or the gang needs more of a resource than its nodes have."""
+    needed: dict[str, Decimal] = {}
+    have: dict[str, Decimal] = {}
+    counted: set[int] = set()
+    for demand, nodes in zip(demands, candidates, strict=True):
+        slots = 0
+        for index in nodes:
+            slots += pod_slots(free_of(index), demand.positive_needs[pod_slot[index]])
+            if index not in counted:
+                counted.add(index)
+                for resource, amount in free_of(index).items():
+                    have[resource] = have.get(resource, _ZERO) + amount
+        if slots < demand.count:
+            return True
+        for resource, amount in demand.requests.items():
+            needed[resource] = needed.get(resource, _ZERO) + amount * demand.count
+    return any(amount > have.get(resource, _ZERO) for resource, amount in needed.items())
 
 
 Entry = tuple[Decimal, int, int]

@@ -33,6 +33,7 @@ from dispatcher.gang_fit import (
     columns_for,
     gang_fit,
     largest_pod,
+    search_fit,
     shortage,
     surely_fits,
 )
@@ -315,7 +316,7 @@ class ClusterFacts:
         empty_fit = gang_fit(
             self.empty_rooms, profile.ordered, candidates=shape.candidates, ordered=True
         )
-        if not empty_fit.fits:
+        if not empty_fit.fits and empty_fit.certain:
             return rejected(self.name, f"can never fit: {empty_fit.reason}", never=True)
         return None
 
@@ -426,8 +427,12 @@ class ClusterFacts:
             usage, failure = best_fit(
                 self.free_of, self.node_names, self.pod_slot, ordered, shape.candidates
             )
+            if usage is None and len(ordered) > 1:  # greedy packing may miss a packing
+                usage, _ = search_fit(
+                    self.free_of, self.node_names, self.pod_slot, ordered, shape.candidates
+                )
             fits = usage is not None
-            if failure is not None:
+            if not fits and failure is not None:
                 at, placed = failure
                 reason = shortage(self._rooms(), ordered[at], placed, shape.candidates[at])
         elif not fits:

@@ -67,9 +67,12 @@ def _security_contexts(pod: PodSpec) -> Iterator[tuple[str, object, Any]]:
 
 
 def requested_privileges(job: AnyJob) -> tuple[PrivilegeRequest, ...]:
-    """Every place in the job's pod templates that asks for a host privilege."""
+    """Every place in the pod templates the job makes pods of that asks for a host
+    privilege (a replica type of 0 replicas makes none)."""
     found: list[PrivilegeRequest] = []
     for rtype, rspec in job.replica_specs.items():
+        if job.replicas_of(rtype) == 0:
+            continue
         pod = rspec.template.spec
         extra = _extra(pod)
         for privilege in ("hostNetwork", "hostPID"):

@@ -99,6 +99,11 @@ def test_taints_need_tolerations() -> None:
         {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}
     ]
     assert plan_placement(parse_job(doc), [cluster("c", tainted)]).chosen == "c"
+    # Exists with an empty key tolerates every taint, as with the key left out.
+    tainted.taints.append(Taint(key="gpu", effect="NoExecute"))
+    for wildcard in ({"operator": "Exists"}, {"key": "", "operator": "Exists"}):
+        doc["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]["tolerations"] = [wildcard]
+        assert plan_placement(parse_job(doc), [cluster("c", tainted)]).chosen == "c", wildcard
 
 
 def test_reservations_prevent_over_placement_until_the_heartbeat_shows_the_pods() -> None:

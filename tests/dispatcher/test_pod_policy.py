@@ -67,6 +67,12 @@ def test_asking_for_nothing_is_nothing() -> None:
     assert requested_privileges(parse_job(doc)) == ()
 
 
+def test_a_replica_type_of_no_replicas_asks_for_nothing() -> None:
+    doc = asking(hostNetwork=True, container={"securityContext": {"privileged": True}})
+    doc["spec"]["jaxReplicaSpecs"]["Worker"]["replicas"] = 0
+    assert requested_privileges(parse_job(doc)) == ()
+
+
 def test_refusal_names_what_and_where_and_the_policy_switch() -> None:
     requests = requested_privileges(
         parse_job(asking(hostNetwork=True, container={"securityContext": {"privileged": True}}))
