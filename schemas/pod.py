@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -76,18 +77,45 @@ class PodSpec(_Open):
     affinity: dict[str, Any] | None = None
 
     def total_requests(self) -> dict[str, Decimal]:
-        """What the scheduler reserves for this pod: the sum over containers, or the largest
-        init container where that is bigger (init containers run one at a time)."""
-        total: dict[str, Decimal] = {}
-        for container in self.containers:
-            _add(total, container.effective_requests())
-        for init in self.initContainers or []:
-            for name, amount in init.effective_requests().items():
-                total[name] = max(total.get(name, Decimal(0)), amount)
-        return total
+        """What the scheduler reserves for this pod (see `scheduled_requests`)."""
+        return scheduled_requests(
+            (c.effective_requests() for c in self.containers),
+            (
+                (i.effective_requests(), (i.model_extra or {}).get("restartPolicy") == "Always")
+                for i in self.initContainers or []
+            ),
+        )
 
 
-def _add(total: dict[str, Decimal], extra: dict[str, Decimal]) -> None:
+def scheduled_requests(
+    containers: Iterable[Mapping[str, Decimal]],
+    init_containers: Iterable[tuple[Mapping[str, Decimal], bool]],
+) -> dict[str, Decimal]:
+    """What the scheduler reserves for a pod, per resource: its containers summed, or where
+    bigger an init container's, init containers running one at a time. A sidecar (an init
+    container with restartPolicy Always, flagged True) keeps running: it adds to the
+    containers, and to every init container started after it."""
+    total: dict[str, Decimal] = {}
+    for requests in containers:
+        _add(total, requests)
+    sidecars: dict[str, Decimal] = {}
+    peak: dict[str, Decimal] = {}
+    for requests, sidecar in init_containers:
+        if sidecar:
+            _add(total, requests)
+            _add(sidecars, requests)
+            running = dict(sidecars)
+        else:
+            running = dict(requests)
+            _add(running, sidecars)
+        for name, amount in running.items():
+            peak[name] = max(peak.get(name, Decimal(0)), amount)
+    for name, amount in peak.items():
+        total[name] = max(total.get(name, Decimal(0)), amount)
+    return total
+
+
+def _add(total: dict[str, Decimal], extra: Mapping[str, Decimal]) -> None:
     for name, amount in extra.items():
         total[name] = total.get(name, Decimal(0)) + amount
 

@@ -119,6 +119,11 @@ def test_init_containers_count_as_their_largest_and_overhead_adds() -> None:
         "overhead": {"cpu": "100m"},
     }
     assert pod_requests(spec) == {"cpu": Decimal("3.1"), "memory": Decimal(2**30)}
+    # A sidecar (restartPolicy Always) keeps running: it adds to the containers and to the
+    # init containers after it.
+    sidecar = _container("proxy", requests={"cpu": "500m"}) | {"restartPolicy": "Always"}
+    spec["initContainers"] = [sidecar, _container("init", requests={"cpu": "3"})]
+    assert pod_requests(spec) == {"cpu": Decimal("3.6")}  # max(1+1+0.5, 3+0.5) + overhead
 
 
 def _terminated(name: str, code: int) -> dict[str, Any]:

@@ -184,3 +184,22 @@ def test_a_name_too_long_for_its_services_is_refused_at_admission() -> None:
     mpi["metadata"]["name"] = "m" * 60
     mpi["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = 12
     assert parse_job(mpi).metadata.name == "m" * 60
+
+
+def test_pod_requests_count_init_containers_and_sidecars_as_the_scheduler_does() -> None:
+    doc = jax_job("side", cpu="3")
+    spec = doc["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]
+    spec["initContainers"] = [
+        {"name": "fetch", "image": "x", "resources": {"requests": {"cpu": "2", "memory": "4Gi"}}},
+        {
+            "name": "proxy",
+            "image": "x",
+            "restartPolicy": "Always",
+            "resources": {"requests": {"cpu": "1500m"}},
+        },
+        {"name": "warm", "image": "x", "resources": {"requests": {"cpu": "3"}}},
+    ]
+    requests = parse_job(doc).replica_specs["Worker"].template.spec.total_requests()
+    # containers 3 + sidecar 1.5 = 4.5; "warm" runs beside the sidecar: 3 + 1.5 = 4.5;
+    # "fetch" before it: 2. Memory: the largest init container, 4Gi, over the main's 1Gi.
+    assert requests == {"cpu": Decimal("4.5"), "memory": Decimal(4 * 2**30)}

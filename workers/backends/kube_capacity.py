@@ -9,6 +9,7 @@ from decimal import Decimal
 from typing import Any
 
 from schemas.cluster import NodeSnapshot, Taint
+from schemas.pod import scheduled_requests
 from schemas.quantity import QuantityError, parse_quantity
 from workers.rendering import ANNOTATION_GANG_SIZE, LABEL_JOB_UID, LABEL_MANAGED, OPERATOR_NAME
 
@@ -37,15 +38,14 @@ def _container_requests(container: Mapping[str, Any]) -> dict[str, Decimal]:
 
 
 def pod_requests(spec: Mapping[str, Any]) -> dict[str, Decimal]:
-    """What the scheduler reserves for a pod: its containers summed, or the largest init
-    container where that is bigger, plus the pod overhead."""
-    total: dict[str, Decimal] = {}
-    for container in spec.get("containers") or []:
-        for name, amount in _container_requests(container).items():
-            total[name] = total.get(name, Decimal(0)) + amount
-    for init in spec.get("initContainers") or []:
-        for name, amount in _container_requests(init).items():
-            total[name] = max(total.get(name, Decimal(0)), amount)
+    """What the scheduler reserves for a pod (`scheduled_requests`), plus its overhead."""
+    total = scheduled_requests(
+        (_container_requests(c) for c in spec.get("containers") or []),
+        (
+            (_container_requests(i), i.get("restartPolicy") == "Always")
+            for i in spec.get("initContainers") or []
+        ),
+    )
     for name, amount in _quantities(spec.get("overhead")).items():
         total[name] = total.get(name, Decimal(0)) + amount
     return total
