@@ -29,6 +29,7 @@ from schemas.pod import Toleration
 CLUSTER_SELECTOR = "trainhub.io/cluster-selector"
 PREFERRED_CLUSTER_LABELS = "trainhub.io/preferred-cluster-labels"
 
+_INT64 = re.compile(r"[+-]?[0-9]{1,19}")
 Operator = Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
 _OPERATORS: tuple[Operator, ...] = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 # Bounds far above real use; they keep one hostile job from costing every placement pass.
@@ -60,12 +61,11 @@ class LabelRequirement:
             return value is not None
         if op == "DoesNotExist":
             return value is None
-        if value is None:
+        # A label that is not a base-10 int64 never matches (Python's int() would also
+        # take "1_0" or " 7").
+        if value is None or not _INT64.fullmatch(value) or not -(2**63) <= int(value) < 2**63:
             return False
-        try:
-            number, bound = int(value), int(next(iter(self.values)))
-        except ValueError:
-            return False
+        number, bound = int(value), int(next(iter(self.values)))
         return number > bound if op == "Gt" else number < bound
 
     def __str__(self) -> str:

@@ -44,6 +44,10 @@ def required(*expressions: dict[str, Any], fields: list[dict[str, Any]] | None =
         ("Gt", ["3"], {"k": "4"}, True),
         ("Gt", ["3"], {"k": "3"}, False),
         ("Gt", ["3"], {"k": "many"}, False),
+        ("Gt", ["3"], {"k": "1_0"}, False),  # int() would read 10
+        ("Gt", ["3"], {"k": " 7"}, False),
+        ("Gt", ["3"], {"k": "99999999999999999999"}, False),  # past int64
+        ("Lt", ["3"], {"k": "-7"}, True),
         ("Lt", ["3"], {"k": "-1"}, True),
         ("Lt", ["3"], {}, False),
     ],
