@@ -225,7 +225,11 @@ class MemorySubscription(Subscription):
             self._wakeup.clear()
             records = self._take(max_records)
             remaining = deadline - asyncio.get_running_loop().time()
-            if records or remaining <= 0 or self._bus._closed:
+            if not records and self._bus._closed:
+                # As a Kafka consumer whose client is closed: an empty answer would have a
+                # polling loop spin forever without ever yielding.
+                raise BusError("the bus is closed")
+            if records or remaining <= 0:
                 return records
             # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation.
             try:

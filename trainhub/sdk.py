@@ -165,7 +165,7 @@ class AsyncTrainHubClient:
         num_workers: int = 1,
         num_procs_per_worker: int | str | None = None,
         resources_per_worker: Mapping[str, Any] | None = None,
-        env_vars: Mapping[str, str] | None = None,
+        env_vars: Mapping[str, Any] | Sequence[Any] | None = None,
         base_image: str = DEFAULT_BASE_IMAGE,
         packages_to_install: Sequence[str] | None = None,
         pip_index_url: str | None = None,
@@ -209,7 +209,9 @@ class AsyncTrainHubClient:
             )
         else:
             assert job is not None
-            document = _document(job, name=name, namespace=namespace, queue=queue)
+            document = _document(
+                job, name=name, namespace=namespace, queue=queue, default=self.namespace
+            )
         parsed = parse_job(document)
         view = await self._fresh()
         existing = self._current(view, parsed.uid)
@@ -376,6 +378,8 @@ class AsyncTrainHubClient:
         and that was not expected, and `JobTimeoutError` (a `TimeoutError`) after `timeout`
         seconds. A job not on the status topic yet is waited for. `callback` gets the job at
         every change; `polling_interval` bounds the wait between two looks at it."""
+        if isinstance(expected_conditions, str):
+            expected_conditions = {expected_conditions}  # one condition, not its letters
         expected = set(expected_conditions)
         unknown = expected - _CONDITIONS
         if unknown or not expected:
@@ -396,7 +400,11 @@ class AsyncTrainHubClient:
                     callback(job)
                 if any(job.has_condition(c) for c in expected):
                     return job
-                if job.has_condition(ConditionType.FAILED) or job.finished:
+                if job.phase != JobPhase.SUCCEEDED and (
+                    job.has_condition(ConditionType.FAILED) or job.finished
+                ):
+                    # A success that was not waited for is no failure: the wait runs on
+                    # to its timeout, as upstream's.
                     phase = job.phase.value
                     raise JobFailedError(
                         f"job {job.key} is {phase}: {job.reason or ''} {job.message or ''}".strip(),
@@ -547,8 +555,15 @@ class AsyncTrainHubClient:
 
 
 def _document(
-    job: JobSource, *, name: str | None, namespace: str | None, queue: str | None
+    job: JobSource,
+    *,
+    name: str | None,
+    namespace: str | None,
+    queue: str | None,
+    default: str | None = None,
 ) -> dict[str, Any]:
+    """The job as a document with the overrides; `default`: the namespace of a document
+    that names none (the client's, as upstream creates it in)."""
     if isinstance(job, str | Path):
         path = Path(job)
         try:
@@ -567,6 +582,8 @@ def _document(
         metadata["name"] = name
     if namespace is not None:
         metadata["namespace"] = namespace
+    elif default is not None and not metadata.get("namespace"):
+        metadata["namespace"] = default
     spec = document.setdefault("spec", {})
     if not isinstance(spec, dict):
         raise ValueError("spec: expected a mapping")

@@ -14,7 +14,8 @@ from typing import Any
 
 from schemas.run_policy import TRAINHUB_MANAGER
 
-DEFAULT_BASE_IMAGE = "python:3.11"
+DEFAULT_BASE_IMAGE = "docker.io/pytorch/pytorch:2.1.2-cuda11.8-cudnn8-runtime"
+"""Upstream's default: Python with torch, so `torchrun` is there for distributed runs."""
 CONTAINER = "pytorch"
 SCRIPT_NAME = "train_func.py"
 FUNCTION_ANNOTATION = "trainhub.io/train-func"
@@ -36,7 +37,7 @@ def job_from_function(
     num_workers: int = 1,
     num_procs_per_worker: int | str | None = None,
     resources_per_worker: Mapping[str, Any] | None = None,
-    env_vars: Mapping[str, str] | None = None,
+    env_vars: Mapping[str, Any] | Sequence[Any] | None = None,
     base_image: str = DEFAULT_BASE_IMAGE,
     packages_to_install: Sequence[str] | None = None,
     pip_index_url: str | None = None,
@@ -62,7 +63,7 @@ def job_from_function(
         "args": args,
     }
     if env_vars:
-        container["env"] = [{"name": k, "value": str(v)} for k, v in env_vars.items()]
+        container["env"] = environment(env_vars)
     if resources_per_worker:
         amounts = container_resources(resources_per_worker)
         container["resources"] = {"requests": amounts, "limits": dict(amounts)}
@@ -100,9 +101,27 @@ def _replica(replicas: int, container: dict[str, Any], restart_policy: str) -> d
     }
 
 
+def environment(env_vars: Mapping[str, Any] | Sequence[Any]) -> list[dict[str, str]]:
+    """`{"NAME": value}`, or upstream's list of `{"name", "value"}` (or objects with those
+    attributes, as kubernetes' V1EnvVar), as a container's `env`."""
+    if isinstance(env_vars, Mapping):
+        return [{"name": str(k), "value": str(v)} for k, v in env_vars.items()]
+    variables = []
+    for item in env_vars:
+        if isinstance(item, Mapping):
+            name, value = item.get("name"), item.get("value")
+        else:
+            name, value = getattr(item, "name", None), getattr(item, "value", None)
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"env_vars: each item needs a name and a value (got {item!r})")
+        variables.append({"name": name, "value": "" if value is None else str(value)})
+    return variables
+
+
 def container_resources(resources: Mapping[str, Any]) -> dict[str, str]:
     """Resource amounts as quantities; `gpu` means `nvidia.com/gpu`."""
-    return {_RESOURCE_ALIASES.get(k, k): str(v) for k, v in resources.items()}
+    plain = {k if "/" in k else k.lower(): v for k, v in resources.items()}  # CPU, GPU too
+    return {_RESOURCE_ALIASES.get(k, k): str(v) for k, v in plain.items()}
 
 
 def function_script(train_func: Callable[..., Any], parameters: Mapping[str, Any] | None) -> str:
@@ -120,11 +139,20 @@ def function_script(train_func: Callable[..., Any], parameters: Mapping[str, Any
         arguments = json.dumps(dict(parameters or {}))
     except TypeError as exc:
         raise ValueError(f"parameters must be JSON values: {exc}") from exc
+    call = "" if parameters is None else "_trainhub_parameters"
     return (
         f"{source}\n\n"
         'if __name__ == "__main__":\n'
+        "    import inspect as _trainhub_inspect\n"
         "    import json as _trainhub_json\n\n"
-        f"    {train_func.__name__}(**_trainhub_json.loads({arguments!r}))\n"
+        f"    _trainhub_parameters = _trainhub_json.loads({arguments!r})\n"
+        f"    _trainhub_function = {train_func.__name__}\n"
+        "    try:  # keyword arguments where they fit the signature, else upstream's one dict\n"
+        "        _trainhub_inspect.signature(_trainhub_function).bind(**_trainhub_parameters)\n"
+        "    except TypeError:\n"
+        f"        _trainhub_function({call})\n"
+        "    else:\n"
+        "        _trainhub_function(**_trainhub_parameters)\n"
     )
 
 

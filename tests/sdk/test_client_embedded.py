@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from bus.base import BusError
 from schemas.status import JobPhase
 from tests.helpers import jax_job
 from trainhub import (
@@ -255,3 +256,26 @@ async def test_a_job_held_suspended_by_the_hub_has_upstreams_conditions(
         ("Created", "True", "JAXJobCreated"),
         ("Suspended", "False", "JAXJobResumed"),
     ]
+
+
+async def test_the_clients_namespace_and_waits_as_upstreams(tmp_path: Path) -> None:
+    async with Embedded(_options("sim", tmp_path)) as system:
+        settings = TrainhubSettings()
+        async with AsyncTrainHubClient(settings=settings, bus=system.bus, namespace="team-b") as c:
+            document = jax_job("nsdoc", duration="0.2s")
+            del document["metadata"]["namespace"]
+            await c.create_job(document)  # no namespace of its own: the client's
+            job = await c.wait_for_job_conditions("nsdoc", expected_conditions="Succeeded")
+            assert job.key == "team-b/nsdoc"
+            # Waiting for Running on a job that succeeded is no failure: it times out.
+            with pytest.raises(JobTimeoutError):
+                await c.wait_for_job_conditions(
+                    "nsdoc", expected_conditions={"Restarting"}, timeout=0.5
+                )
+        # A client left open when the bus closes must not freeze the program.
+        client = AsyncTrainHubClient(settings=settings, bus=system.bus)
+        await client.list_jobs()
+    async with asyncio.timeout(10):
+        with pytest.raises(BusError):
+            await client.list_jobs()
+        await client.close()

@@ -53,7 +53,8 @@ def test_one_worker_runs_the_function_under_python_u(tmp_path: Path) -> None:
     assert job.run_policy.schedulingPolicy is not None
     assert job.run_policy.schedulingPolicy.queue == "research"
     container = _container(document)
-    assert container["name"] == "pytorch" and container["image"] == "python:3.11"
+    assert container["name"] == "pytorch"
+    assert container["image"] == "docker.io/pytorch/pytorch:2.1.2-cuda11.8-cudnn8-runtime"
     assert container["command"] == ["bash", "-c"]
     script = container["args"][0]
     assert 'exec python -u "$program_dir/train_func.py"' in script
@@ -135,3 +136,40 @@ def test_bad_functions_and_parameters_are_refused() -> None:
         function_script(train, {"greeting": object()})
     with pytest.raises(ValueError, match="num_workers"):
         job_from_function(train, name="x", num_workers=0)
+
+
+def train_with_one_dict(args: dict[str, object]) -> None:  # upstream's style
+    print("lr", args["lr"], "epochs", args["epochs"])
+
+
+def test_parameters_reach_upstream_style_functions_as_one_dict(tmp_path: Path) -> None:
+    # Upstream calls train_func(parameters); keyword arguments stay for functions whose
+    # signature takes them.
+    document = job_from_function(
+        train_with_one_dict, name="dict-style", parameters={"lr": 0.1, "epochs": 2}
+    )
+    result = _run_script(_container(document)["args"][0], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["lr 0.1 epochs 2"]
+
+
+def test_env_vars_and_resources_as_upstream_writes_them() -> None:
+    class EnvVar:  # as kubernetes.client.V1EnvVar
+        def __init__(self, name: str, value: str) -> None:
+            self.name, self.value = name, value
+
+    document = job_from_function(
+        train,
+        name="upstream-args",
+        env_vars=[{"name": "A", "value": "1"}, EnvVar("B", "2")],
+        resources_per_worker={"CPU": 1, "Memory": "2Gi", "GPU": 1},
+    )
+    container = _container(document)
+    assert container["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]
+    assert container["resources"]["requests"] == {
+        "cpu": "1",
+        "memory": "2Gi",
+        "nvidia.com/gpu": "1",
+    }
+    with pytest.raises(ValueError, match="each item needs a name"):
+        job_from_function(train, name="bad-env", env_vars=[{"value": "1"}])

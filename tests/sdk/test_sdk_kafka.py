@@ -168,7 +168,7 @@ def test_function_job_runs_waits_logs_and_deletes(deployment: Deployment) -> Non
             "solo (attempt 1)",
             "replicas",
             "Master",
-            "python:3.11",
+            "pytorch/pytorch:2.1.2",
             "placement",
             "solo (chosen)",
             "conditions",
