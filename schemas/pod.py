@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from schemas.quantity import ResourceList
 
@@ -32,6 +32,32 @@ class ContainerPort(_Open):
 class ResourceRequirements(_Open):
     requests: ResourceList | None = None
     limits: ResourceList | None = None
+
+    @model_validator(mode="after")
+    def _as_the_apiserver_checks(self) -> ResourceRequirements:
+        """The apiserver's rules, checked at submission rather than when the first pod is
+        refused: a request is at most its limit; an extended resource (`vendor/name`) is
+        a whole number and cannot be overcommitted, so its request needs an equal limit."""
+        requests, limits = self.requests or {}, self.limits or {}
+        for name, amount in {**limits, **requests}.items():
+            if _extended(name) and amount != amount.to_integral_value():
+                raise ValueError(f"{name}: an extended resource is a whole number (got {amount})")
+        for name, amount in requests.items():
+            limit = limits.get(name)
+            if limit is not None and amount > limit:
+                raise ValueError(f"requests.{name} ({amount}) is more than limits.{name} ({limit})")
+            if _extended(name) and limit != amount:
+                raise ValueError(
+                    f"requests.{name}: an extended resource needs limits.{name} equal to its "
+                    f"request (got {'none' if limit is None else limit}): it cannot be "
+                    "overcommitted"
+                )
+        return self
+
+
+def _extended(name: str) -> bool:
+    """Not one of Kubernetes' own resources (cpu, memory, hugepages-*, kubernetes.io/...)."""
+    return "/" in name and not name.startswith(("kubernetes.io/", "requests."))
 
 
 class Container(_Open):

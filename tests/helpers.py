@@ -38,7 +38,9 @@ def jax_job(
                 "image": "example/jax:1",
                 "command": ["python", "-c", "pass"],
                 "resources": {
-                    "requests": {"cpu": cpu, "memory": memory, **(extra_resources or {})}
+                    "requests": {"cpu": cpu, "memory": memory, **(extra_resources or {})},
+                    # Extended resources (GPUs) cannot be overcommitted: limit = request.
+                    **({"limits": dict(extra_resources)} if extra_resources else {}),
                 },
             }
         ]

@@ -203,3 +203,34 @@ def test_pod_requests_count_init_containers_and_sidecars_as_the_scheduler_does()
     # containers 3 + sidecar 1.5 = 4.5; "warm" runs beside the sidecar: 3 + 1.5 = 4.5;
     # "fetch" before it: 2. Memory: the largest init container, 4Gi, over the main's 1Gi.
     assert requests == {"cpu": Decimal("4.5"), "memory": Decimal(4 * 2**30)}
+
+
+def test_resources_the_apiserver_would_refuse_are_refused_at_submission() -> None:
+    def with_resources(resources: dict[str, Any]) -> dict[str, Any]:
+        doc = jax_job("res")
+        doc["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0][
+            "resources"
+        ] = resources
+        return doc
+
+    refused = [
+        ({"requests": {"cpu": "4"}, "limits": {"cpu": "2"}}, "requests.cpu (4) is more than"),
+        ({"requests": {"nvidia.com/gpu": "1"}}, "needs limits.nvidia.com/gpu equal"),
+        (
+            {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "2"}},
+            "cannot be overcommitted",
+        ),
+        ({"limits": {"example.com/fpga": "0.5"}}, "is a whole number (got 0.5)"),
+    ]
+    for resources, expected in refused:
+        with pytest.raises(JobInvalid) as caught:
+            parse_job(with_resources(resources))
+        assert expected in str(caught.value), resources
+    # What users write for GPUs (limits only, or equal requests) and for cpu/memory stays fine.
+    for resources in (
+        {"limits": {"nvidia.com/gpu": "2"}},
+        {"requests": {"nvidia.com/gpu": "2", "cpu": "1"}, "limits": {"nvidia.com/gpu": "2"}},
+        {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2"}},
+        {"requests": {"hugepages-2Mi": "1.5Gi"}, "limits": {"hugepages-2Mi": "1.5Gi"}},
+    ):
+        parse_job(with_resources(resources))

@@ -21,7 +21,10 @@ def pytorch_job(name: str, workers: int, gpu: int) -> dict[str, Any]:
             "name": "pytorch",
             "image": "example/torch:1",
             "command": ["python", "train.py"],
-            "resources": {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": gpu}},
+            "resources": {
+                "requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": gpu},
+                "limits": {"nvidia.com/gpu": gpu},
+            },
         }
         return {
             "replicas": count,
