@@ -106,12 +106,17 @@ def admission_order(
                     slots[queue] = left - 1
                     offered.append((record, None))
                 else:
-                    limit = config.limit_of(queue)
+                    limit = config.limit_of(queue) or 0
+                    running = in_flight.get(queue, 0)
+                    # The rest of the limit went to jobs offered earlier in this pass.
+                    offered_now = (
+                        f", {limit - running} offered in this pass" if running < limit else ""
+                    )
                     held.append(
                         (
                             record,
                             f"queue {queue!r} is at its limit of {limit} jobs in flight "
-                            f"({in_flight.get(queue, 0)} running or assigned)",
+                            f"({running} running or assigned{offered_now})",
                         )
                     )
     return offered + held

@@ -102,3 +102,8 @@ def test_a_limit_counts_the_jobs_offered_in_the_same_pass() -> None:
         ("q2", False),
         ("q3", False),
     ]
+    # The reason says where the second slot went.
+    assert order[1][1] == (
+        "queue 'q' is at its limit of 2 jobs in flight (1 running or assigned, 1 offered in "
+        "this pass)"
+    )
