@@ -327,7 +327,15 @@ async def _run_up(
         headline = (
             f"trainhub up: hub + {count} clusters ({names}), {options.backend} backend, {bus_name}"
         )
-        uids = [await system.submit(d) for d in documents]
+        # On a broker with history, the submission ids pick out this call's runs: a job that
+        # exists already is refused, and its old run is not this one's outcome.
+        since = int(time.time() * 1000) - 60_000
+        submissions: dict[str, str] = {}
+        for document in documents:
+            uid, submissions[uid] = await submit_with_id(system.bus, system.topics, document)
+        uids = list(submissions)
+        final: dict[str, JobStatusUpdate] = {}
+        ours = follow_submissions(system.bus, system.topics, submissions, from_time_ms=since)
         if live:
             state = LiveState(title=headline, max_heartbeat_age=options.max_heartbeat_age)
             for uid, document in zip(uids, documents, strict=True):
@@ -337,7 +345,7 @@ async def _run_up(
                     async for update in system.updates():
                         view.status(update)
                     return 0
-                final = await system.wait_finished(uids, view.status)
+                await _follow_until_finished(ours, len(uids), final, view.status)
         else:
             console.print(headline)
             printer = StatusPrinter(console)
@@ -345,13 +353,15 @@ async def _run_up(
                 async for update in system.updates():
                     printer(update)
                 return 0
-            final = await system.wait_finished(uids, printer)
+            await _follow_until_finished(ours, len(uids), final, printer)
         for update in final.values():
             for pod, text in (await system.pod_logs(update)).items():
                 tail = text.strip().splitlines()[-3:]
                 for line in tail:
                     console.print(Text.assemble(("  " + pod, "dim"), " | ", line), highlight=False)
-        ok = all(u.phase.value == "Succeeded" for u in final.values())
+        ok = all(
+            u.phase == JobPhase.SUCCEEDED and u.reason != ALREADY_EXISTS for u in final.values()
+        )
         console.print(
             Text("all jobs succeeded", style="bold green")
             if ok

@@ -173,3 +173,18 @@ async def test_status_command_and_submit_watch(
     finally:
         assert hub.terminate() in (0, -15), hub.log()[-2000:]
         assert worker.terminate() in (0, -15), worker.log()[-2000:]
+
+
+async def test_up_on_a_broker_with_history_reports_only_its_own_runs(
+    kafka_settings: KafkaSettings, topics: Topics, tmp_path: Path
+) -> None:
+    common = [*_common(kafka_settings, topics), "--backend", "sim", "--no-live"]
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(yaml.safe_dump(jax_job("twice", workers=1, duration="0.3s")))
+    first = await cli("up", *common, "--exit-on-finish", str(job_file), timeout=120)
+    assert first.returncode == 0 and "all jobs succeeded" in first.stdout, first.stdout
+    # The job exists now: the second call's submission is refused, which is no success,
+    # and the first run's Succeeded is not reported as this call's.
+    second = await cli("up", *common, "--exit-on-finish", str(job_file), timeout=120)
+    assert second.returncode == 1, second.stdout + second.stderr
+    assert "already exists" in second.stdout and "some jobs did not succeed" in second.stdout
