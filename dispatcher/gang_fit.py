@@ -221,13 +221,9 @@ def gang_fit(
         demands = packing_order(demands)
     if candidates is None:
         candidates = [admitting_nodes(nodes, demand) for demand in demands]
-    usage, failure = best_fit(
-        lambda i: nodes[i].free,
-        [n.name for n in nodes],
-        [_POD_SLOT in n.free for n in nodes],
-        demands,
-        candidates,
-    )
+    names = [n.name for n in nodes]
+    pod_slot = [_POD_SLOT in n.free for n in nodes]
+    usage, failure = best_fit(lambda i: nodes[i].free, names, pod_slot, demands, candidates)
     if usage is not None:
         return FitResult(True, usage=usage)
     assert failure is not None
@@ -235,13 +231,7 @@ def gang_fit(
     reason = shortage(nodes, demands[at], placed, candidates[at])
     if len(demands) == 1:
         return FitResult(False, reason=reason)  # best fit is exact for one replica type
-    found, complete = search_fit(
-        lambda i: nodes[i].free,
-        [n.name for n in nodes],
-        [_POD_SLOT in n.free for n in nodes],
-        demands,
-        candidates,
-    )
+    found, complete = search_fit(lambda i: nodes[i].free, names, pod_slot, demands, candidates)
     if found is not None:
         return FitResult(True, usage=found)
     return FitResult(False, reason=reason, certain=complete)
