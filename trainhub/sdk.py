@@ -438,6 +438,8 @@ class AsyncTrainHubClient:
         placed yet is waited for); without, what the pods wrote so far.
 
         `LogsUnavailableError` when the job runs nowhere or its worker cannot answer."""
+        if tail_lines is not None and tail_lines < 0:
+            raise ValueError(f"tail_lines must be 0 or more (got {tail_lines})")
         bus, follower = await self._connected()
         job = await self.get_job(name, namespace)
         loop = asyncio.get_running_loop()
@@ -476,15 +478,32 @@ class AsyncTrainHubClient:
         pod: str | None = None,
         tail_lines: int | None = None,
         timeout: float = 3600,
+        is_master: bool = False,
+        replica_type: str | None = None,
+        replica_index: int | None = None,
     ) -> dict[str, str]:
         """Pod name -> log text, from the worker of the job's cluster. With `follow`, returns
-        once the job finished (see `stream_job_logs` to see the text as it comes)."""
+        once the job finished (see `stream_job_logs` to see the text as it comes).
+        `is_master`, `replica_type` and `replica_index` pick pods as `get_job_pods` does
+        (upstream's filters; every pod by default)."""
+        wanted: set[str] | None = None
+        if is_master or replica_type is not None or replica_index is not None:
+            wanted = set(
+                await self.get_job_pod_names(
+                    name,
+                    namespace,
+                    is_master=is_master,
+                    replica_type=replica_type,
+                    replica_index=replica_index,
+                )
+            )
         logs: dict[str, str] = {}
         async for chunk in self.stream_job_logs(
             name, namespace, follow=follow, pod=pod, tail_lines=tail_lines, timeout=timeout
         ):
             assert chunk.pod is not None
-            logs[chunk.pod] = logs.get(chunk.pod, "") + chunk.text
+            if wanted is None or chunk.pod in wanted:
+                logs[chunk.pod] = logs.get(chunk.pod, "") + chunk.text
         return logs
 
     # -- controlling ----------------------------------------------------------------------

@@ -279,3 +279,16 @@ async def test_the_clients_namespace_and_waits_as_upstreams(tmp_path: Path) -> N
         with pytest.raises(BusError):
             await client.list_jobs()
         await client.close()
+
+
+async def test_log_filters_pick_pods_as_get_job_pods_does(sim: AsyncTrainHubClient) -> None:
+    client = sim
+    await client.create_job(jax_job("picky", workers=3, duration="0.2s"))
+    await client.wait_for_job_conditions("picky", timeout=20)
+    every = await client.get_job_logs("picky")
+    assert set(every) == {"picky-worker-0", "picky-worker-1", "picky-worker-2"}
+    assert set(await client.get_job_logs("picky", replica_index=1)) == {"picky-worker-1"}
+    assert set(await client.get_job_logs("picky", is_master=True)) == {"picky-worker-0"}
+    assert set(await client.get_job_logs("picky", replica_type="worker")) == set(every)
+    with pytest.raises(ValueError, match="tail_lines must be 0 or more"):
+        await client.get_job_logs("picky", tail_lines=-1)
