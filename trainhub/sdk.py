@@ -29,7 +29,7 @@ from bus.base import Bus
 from schemas.cluster import ClusterSnapshot
 from schemas.events import EventType, LogsChunk, LogsRequested
 from schemas.job_parsing import load_documents, parse_job
-from schemas.kubeflow import derive_job_uid
+from schemas.kubeflow import JOB_CLASSES, derive_job_uid
 from schemas.run_policy import TRAINHUB_MANAGER
 from schemas.status import ConditionType, JobCondition, JobPhase
 from trainhub.bus_factory import make_bus
@@ -334,7 +334,13 @@ class AsyncTrainHubClient:
         Named from the job document on the status topic as every worker names them
         (`<job>-<replica type>-<index>` on kube, local and sim backends alike); per-pod phases
         are not on the bus, `job.status.replicaStatuses` counts them per replica type.
-        `JobPodsUnknownError` when the topic no longer holds the job's document."""
+        `JobPodsUnknownError` when the topic no longer holds the job's document; a
+        `replica_type` that no kind has is a `ValueError`, as upstream's."""
+        if replica_type is not None and replica_type.lower() not in _REPLICA_TYPES:
+            raise ValueError(
+                f"replica_type {replica_type!r} is none of the Kubeflow replica types "
+                f"({', '.join(sorted(_REPLICA_TYPES))})"
+            )
         pods = job_pods(await self.get_job(name, namespace))
         return [
             pod
@@ -571,6 +577,9 @@ class AsyncTrainHubClient:
             follow=follow,
         ):
             yield event
+
+
+_REPLICA_TYPES = frozenset(t.lower() for c in JOB_CLASSES.values() for t in c.REPLICA_TYPES)
 
 
 def _document(

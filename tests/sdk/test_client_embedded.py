@@ -292,3 +292,6 @@ async def test_log_filters_pick_pods_as_get_job_pods_does(sim: AsyncTrainHubClie
     assert set(await client.get_job_logs("picky", replica_type="worker")) == set(every)
     with pytest.raises(ValueError, match="tail_lines must be 0 or more"):
         await client.get_job_logs("picky", tail_lines=-1)
+    with pytest.raises(ValueError, match="replica_type 'bogus' is none of the Kubeflow"):
+        await client.get_job_pod_names("picky", replica_type="bogus")
+    assert await client.get_job_pod_names("picky", replica_type="Chief") == []  # some kind's
