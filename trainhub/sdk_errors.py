@@ -1,4 +1,5 @@
-"""What the SDK raises; every error is a `TrainHubError`."""
+"""What the SDK raises; every error is a `TrainHubError`, a `RuntimeError` as upstream's
+TrainingClient raises (timeouts are `TimeoutError`s too), so its callers' handlers catch them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ if TYPE_CHECKING:
     from trainhub.sdk_view import TrainHubJob
 
 
-class TrainHubError(Exception):
+class TrainHubError(RuntimeError):
     """Base of the SDK's errors."""
 
 

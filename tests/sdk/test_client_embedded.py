@@ -295,3 +295,11 @@ async def test_log_filters_pick_pods_as_get_job_pods_does(sim: AsyncTrainHubClie
     with pytest.raises(ValueError, match="replica_type 'bogus' is none of the Kubeflow"):
         await client.get_job_pod_names("picky", replica_type="bogus")
     assert await client.get_job_pod_names("picky", replica_type="Chief") == []  # some kind's
+
+
+def test_sdk_errors_are_what_upstreams_callers_catch() -> None:
+    from trainhub import JobExistsError, LogsUnavailableError
+
+    for error in (JobFailedError, JobNotFoundError, JobExistsError, LogsUnavailableError):
+        assert issubclass(error, RuntimeError), error
+    assert issubclass(JobTimeoutError, TimeoutError) and issubclass(JobTimeoutError, RuntimeError)
