@@ -13,7 +13,6 @@ Within a cluster, a gang that fit is only counted again when the nodes that held
 from __future__ import annotations
 
 import bisect
-import copy
 import operator
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -120,20 +119,23 @@ class _ShapeState:
         "witness",
     )
 
-    def __init__(self, candidates: list[list[int]], profile: JobProfile) -> None:
+    def __init__(
+        self,
+        candidates: list[list[int]],
+        admitted: list[set[int]],
+        common: list[int],
+        largest: PodDemand | None,
+    ) -> None:
         self.candidates = candidates
         """Per demand (in packing order), the indexes of the nodes admitting it."""
-        self.admitted = [set(c) for c in candidates]
+        self.admitted = admitted
         self.packing: list[PackingHeap] | None = None
         """Per demand, best fit's candidates on the free capacity now, kept up to date."""
         self.log_end = 0
         """Where in the cluster's node change log `packing` is up to date."""
-        self.common: list[int] = []
-        self.largest: PodDemand | None = None
-        if len(candidates) > 1:
-            shared = set(candidates[0]).intersection(*candidates[1:])
-            self.common = sorted(shared)
-            self.largest = largest_pod(profile.ordered)
+        self.common = common
+        """Nodes admitting every demand (when there are several)."""
+        self.largest = largest
         self.never: Verdict | None = None
         self.judged = False
         """Whether `never` is worked out for this snapshot."""
@@ -152,12 +154,20 @@ class _ShapeState:
     def carried(self, outdated: Iterable[int]) -> _ShapeState:
         """This state for the next snapshot of the same nodes: the verdicts are dropped, the
         packing heaps move over, to be refreshed on the `outdated` nodes."""
-        moved = copy.copy(self)
-        moved.never, moved.judged, moved.now, moved.witness = None, False, None, None
-        moved.scoring, moved.static_scores = None, ()
+        moved = _ShapeState(self.candidates, self.admitted, self.common, self.largest)
+        moved.packing, moved.log_end = self.packing, self.log_end
         moved.outdated = self.outdated.union(outdated)
         self.packing = None
         return moved
+
+    @classmethod
+    def of(cls, candidates: list[list[int]], profile: JobProfile) -> _ShapeState:
+        common: list[int] = []
+        largest: PodDemand | None = None
+        if len(candidates) > 1:
+            common = sorted(set(candidates[0]).intersection(*candidates[1:]))
+            largest = largest_pod(profile.ordered)
+        return cls(candidates, [set(c) for c in candidates], common, largest)
 
 
 _UNSET = object()
@@ -277,7 +287,7 @@ class ClusterFacts:
             if len(self.shapes) >= _MAX_SHAPES_PER_CLUSTER:
                 self.shapes.clear()
             candidates = [self._admitting_nodes(d) for d in profile.ordered]
-            shape = self.shapes[shape_id] = _ShapeState(candidates, profile)
+            shape = self.shapes[shape_id] = _ShapeState.of(candidates, profile)
         if not shape.judged:
             shape.never, shape.judged = self._never(profile, shape), True
         return shape

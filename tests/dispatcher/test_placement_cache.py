@@ -106,6 +106,25 @@ def reference_gang_fit(nodes: list[NodeRoom], demands: list[PodDemand]) -> FitRe
     return FitResult(True, usage=usage)
 
 
+def _assert_packing(nodes: list[NodeRoom], demands: list[PodDemand], usage: Usage) -> None:
+    """`usage` holds every pod of the gang, on admitting nodes, within their free amounts."""
+    wanted: dict[str, Decimal] = {}
+    for demand in demands:
+        for resource, amount in demand.requests.items():
+            wanted[resource] = wanted.get(resource, Decimal(0)) + amount * demand.count
+    by_name = {n.name: n for n in nodes}
+    placed: dict[str, Decimal] = {}
+    for name, used in usage.items():
+        node = by_name[name]
+        assert any(admission_problem(node, d) is None for d in demands)
+        for resource, amount in used.items():
+            if amount > 0:
+                assert amount <= node.free.get(resource, Decimal(0)), (name, resource)
+            if resource != "pods":
+                placed[resource] = placed.get(resource, Decimal(0)) + amount
+    assert {r: a for r, a in placed.items() if a} == {r: a for r, a in wanted.items() if a}
+
+
 # -- strategies -----------------------------------------------------------------------------
 
 amounts = st.sampled_from([Decimal(0), Decimal("0.5"), Decimal(1), Decimal(2), Decimal(4)])
@@ -148,7 +167,13 @@ def gangs(draw: st.DrawFn) -> tuple[list[NodeRoom], list[PodDemand]]:
 def test_gang_fit_matches_the_plain_algorithm(gang: tuple[list[NodeRoom], list[PodDemand]]) -> None:
     nodes, demands = gang
     expected = reference_gang_fit(nodes, demands)
-    assert gang_fit(nodes, demands) == expected
+    actual = gang_fit(nodes, demands)
+    if expected.fits or not actual.fits:
+        assert actual == expected
+    else:
+        # Greedy best fit stranded this gang of several types; the search found a packing.
+        assert len(demands) > 1
+        _assert_packing(nodes, demands, actual.usage)
     ordered = packing_order(demands)
     candidates = [admitting_nodes(nodes, d) for d in ordered]
     common = sorted(set(candidates[0]).intersection(*candidates[1:]))
@@ -161,7 +186,7 @@ def test_gang_fit_matches_the_plain_algorithm(gang: tuple[list[NodeRoom], list[P
         largest_pod(ordered) if len(ordered) > 1 else None,
     )
     if fits is not None:
-        assert fits == expected.fits
+        assert fits == actual.fits
     if fits:  # the nodes counted alone hold the gang (or its largest pod)
         assert counted
         assert surely_fits(
