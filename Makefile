@@ -6,13 +6,18 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PACKAGES := schemas bus dispatcher workers trainhub
 
-.PHONY: run test lint format bench bench-kafka bench-placement bench-kube bench-memory clean
+.PHONY: run test lint native format bench bench-kafka bench-placement bench-kube bench-memory clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev,jax]'
 	touch $(STAMP)
+
+# Placement's hot modules compiled with mypyc, cached per source version under
+# ~/.cache/trainhub/native (dispatcher/native.py); without a C compiler it stays Python.
+native: $(STAMP)
+	$(BIN)/python -m dispatcher.build_native --optional
 
 run: $(STAMP)
 	$(BIN)/trainhub up --exit-on-finish \
@@ -23,7 +28,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check $(PACKAGES) tests examples bench
 	$(BIN)/mypy $(PACKAGES)
 
-test: lint
+test: lint native
 	$(BIN)/pytest -q
 
 format: $(STAMP)
@@ -32,16 +37,16 @@ format: $(STAMP)
 
 bench: bench-placement bench-kafka bench-kube bench-memory
 
-bench-kube: $(STAMP)
+bench-kube: native
 	$(BIN)/python -m bench.kube_throughput
 
-bench-kafka: $(STAMP)
+bench-kafka: native
 	$(BIN)/python -m bench.hub_throughput
 
-bench-memory: $(STAMP)
+bench-memory: native
 	$(BIN)/python -m bench.ledger_memory
 
-bench-placement: $(STAMP)
+bench-placement: native
 	$(BIN)/python -m bench.placement
 
 clean:

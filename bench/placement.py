@@ -14,6 +14,9 @@ Time is this process's CPU time: the machine is shared, and other processes' loa
 count against placement. Heartbeats follow the same clock. The garbage collector is tuned as
 `trainhub hub` tunes it (trainhub.processes.tune_gc), after the jobs are built.
 
+Placement runs compiled where `make native` has built these sources (dispatcher/native.py;
+TRAINHUB_NATIVE=0 runs plain Python); the run prints which.
+
 Usage: python -m bench.placement [--clusters 10,100,1000] [--nodes 50] [--jobs N]
 Writes bench/results/placement.json: [{"clusters", "nodes_per_cluster", "jobs",
 "decisions_per_s"}, ...].
@@ -32,6 +35,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from dispatcher import native
 from dispatcher.gang_fit import Usage
 from dispatcher.placement import Placer, VersionedReservations
 from dispatcher.placement_config import PlacementConfig
@@ -193,6 +197,7 @@ def main() -> None:
     )
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
+    print(f"placement: {'compiled' if native.active() else 'plain Python'}", flush=True)
     results = []
     for clusters in (int(c) for c in args.clusters.split(",")):
         jobs = args.jobs or (20_000 if clusters <= 100 else 5_000)

@@ -6,7 +6,8 @@ This runs both sides in turns (A, B, A, B, ...), each in a fresh process on the 
 decisions, and reports every run and the medians.
 
 Usage: python -m bench.placement_ab REV [--runs 5] [--clusters 100] [--nodes 50] [--jobs 10000]
-REV is checked out into a temporary git worktree, removed afterwards.
+REV is checked out into a temporary git worktree, removed afterwards. Both sides run as
+plain Python (TRAINHUB_NATIVE=0): compiled builds are made per source version.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ def _rate(tree: Path, clusters: int, nodes: int, jobs: int) -> float:
     done = subprocess.run(
         [sys.executable, "-P", "-c", _RUN, str(clusters), str(nodes), str(jobs)],
         cwd=tree,
-        env={"PYTHONPATH": str(tree), "PATH": ""},
+        # Plain Python on both sides: a compiled build exists for one tree at most.
+        env={"PYTHONPATH": str(tree), "PATH": "", "TRAINHUB_NATIVE": "0"},
         capture_output=True,
         text=True,
         check=True,

@@ -15,6 +15,7 @@ from bus.aiotasks import TaskOwner
 from bus.base import Bus, Record
 from bus.events import EventConsumer, EventHandler, header_is, publish_payload
 from bus.topics import Topics
+from dispatcher import native
 from dispatcher.demand import job_demand
 from dispatcher.expiry import COMPLETED, Expiries
 from dispatcher.fairness import IN_FLIGHT_PHASES, QueueTurns
@@ -137,7 +138,13 @@ class Hub:
             self.topics.jobs: jobs.subscription,
         }
         self._tasks.spawn(self.metrics.lag_sampler(lag).run(), "lag")
-        log.info("hub started", extra={"topic": self.topics.prefix})
+        log.info(
+            "hub started",
+            extra={
+                "topic": self.topics.prefix,
+                "placement": "compiled" if native.active() else "plain Python",
+            },
+        )
 
     async def _rebuild(self, status: EventConsumer, clusters: EventConsumer) -> None:
         self._replaying = True

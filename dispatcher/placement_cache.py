@@ -13,13 +13,11 @@ Within a cluster, a gang that fit is only counted again when the nodes that held
 from __future__ import annotations
 
 import bisect
-import operator
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from itertools import compress
 
 from dispatcher.demand import CLUSTER_SELECTOR, JobProfile, PodDemand
 from dispatcher.gang_fit import (
@@ -554,7 +552,8 @@ class Board:
 
     def __init__(self, shape_id: int) -> None:
         self.shape_id = shape_id
-        self.ids: list[int] = []
+        self.snapshots: list[ClusterSnapshot] = []
+        """The snapshots judged, by position (compared by identity)."""
         self.facts: list[ClusterFacts] = []
         self.verdicts: list[Verdict] = []
         self.position: dict[str, int] = {}
@@ -573,13 +572,13 @@ class Board:
 
     def build(
         self,
-        ids: list[int],
+        snapshots: list[ClusterSnapshot],
         facts: list[ClusterFacts],
         profile: JobProfile,
         context: Context,
         log_end: int,
     ) -> None:
-        self.ids, self.facts = ids, facts
+        self.snapshots, self.facts = snapshots, facts
         self.position = {f.name: i for i, f in enumerate(facts)}
         self.verdicts = [f.judge(profile, self.shape_id, context) for f in facts]
         ranked = sorted(zip((v.sort_key for v in self.verdicts), self.verdicts, strict=True))
@@ -708,7 +707,6 @@ class PlacementCache:
             if not isinstance(reservations, VersionedReservations):
                 return None
             log_end = reservations.changes.end
-        ids = list(map(id, clusters))
         board = self._boards.get(shape_id)
         if board is not None:
             self._boards.move_to_end(shape_id)
@@ -717,16 +715,17 @@ class PlacementCache:
                 changed = reservations.changes.since(board.log_end)
             if (
                 changed is not None
-                and len(ids) == len(board.ids)
+                and len(clusters) == len(board.snapshots)
                 and board.max_age == context.max_age
                 and board.max_cost == context.max_cost
             ):
-                found = self._changes(board, ids, clusters, changed)
+                found = self._changes(board, clusters, changed)
                 if found is not None:
                     positions, refreshed = found
                     if board.check_ages_at is not None and context.now > board.check_ages_at:
                         board.check_ages_at = None
-                        board.update(set(range(len(ids))), set(), profile, context, log_end)
+                        everywhere = set(range(len(clusters)))
+                        board.update(everywhere, set(), profile, context, log_end)
                         board.check_ages_at = board.earliest_stale(context)
                     else:
                         positions |= board.timed
@@ -739,27 +738,29 @@ class PlacementCache:
             board = self._boards[shape_id] = Board(shape_id)
             if len(self._boards) > _MAX_BOARDS:
                 self._boards.popitem(last=False)
-        board.build(ids, facts, profile, context, log_end)
+        board.build(list(clusters), facts, profile, context, log_end)
         return board
 
     def _changes(
         self,
         board: Board,
-        ids: list[int],
-        clusters: Sequence[ClusterSnapshot],
+        snapshots: Sequence[ClusterSnapshot],
         changed: list[str],
     ) -> tuple[set[int], set[int]] | None:
         """Positions to judge again, and those of them with a new snapshot; None when the
         list of clusters itself changed."""
         refreshed: set[int] = set()
-        if ids != board.ids:
-            for index in compress(range(len(ids)), map(operator.ne, ids, board.ids)):
-                snapshot = clusters[index]
-                if snapshot.name != board.facts[index].name:
-                    return None
-                board.facts[index] = self.facts(snapshot)
-                refreshed.add(index)
-            board.ids = ids
+        known = board.snapshots
+        for index in range(len(snapshots)):
+            snapshot = snapshots[index]
+            if snapshot is known[index]:
+                continue
+            if snapshot.name != board.facts[index].name:
+                return None
+            board.facts[index] = self.facts(snapshot)
+            refreshed.add(index)
+        if refreshed:  # a copy: the caller may update its list in place
+            board.snapshots = list(snapshots)
         positions = set(refreshed)
         where = board.position
         for name in changed:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Protocol
+from typing import Final, Protocol
 
 from dispatcher.demand import LabelRequirement, PodDemand, scored_resources
 from schemas.cluster import ClusterSnapshot
@@ -62,11 +62,17 @@ class ScoreInput:
 
 
 class ScoringPolicy(Protocol):
-    name: str
-    static: bool
-    """Whether the score reads only the cluster's snapshot and the job (not the free
-    capacity after reservations, nor the fleet): placement keeps such scores per snapshot
-    and job shape instead of working them out on every reservation change."""
+    # Read-only members, so that policies may declare them `Final` class constants (which
+    # the compiled build reads from the class, for the registry below).
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def static(self) -> bool:
+        """Whether the score reads only the cluster's snapshot and the job (not the free
+        capacity after reservations, nor the fleet): placement keeps such scores per
+        snapshot and job shape instead of working them out on every reservation change."""
+        ...
 
     def score(self, item: ScoreInput) -> float: ...
 
@@ -108,8 +114,8 @@ def _free_share_after(item: ScoreInput) -> float:
 class LeastAllocated:
     """Spread: prefer the cluster that keeps the largest share of its capacity free."""
 
-    name = "least-allocated"
-    static = False
+    name: Final = "least-allocated"
+    static: Final = False
 
     def score(self, item: ScoreInput) -> float:
         return _free_share_after(item)
@@ -118,8 +124,8 @@ class LeastAllocated:
 class MostAllocated:
     """Pack: prefer the fullest cluster that still fits, keeping others free for big gangs."""
 
-    name = "most-allocated"
-    static = False
+    name: Final = "most-allocated"
+    static: Final = False
 
     def score(self, item: ScoreInput) -> float:
         return 100.0 - _free_share_after(item)
@@ -155,8 +161,8 @@ def wanted_products(pods: tuple[PodDemand, ...], label: str) -> dict[str, float]
 class GpuModelMatch:
     """Prefer the cluster where most of the GPU capacity is the product the job asks for."""
 
-    name = "gpu-model"
-    static = True
+    name: Final = "gpu-model"
+    static: Final = True
 
     def __init__(self, options: ScoringOptions | None = None) -> None:
         options = options or ScoringOptions()
@@ -184,8 +190,8 @@ class GpuModelMatch:
 class ClusterAffinity:
     """Prefer clusters whose labels satisfy more of the job's preferred cluster labels."""
 
-    name = "cluster-affinity"
-    static = True
+    name: Final = "cluster-affinity"
+    static: Final = True
 
     def score(self, item: ScoreInput) -> float:
         wishes = item.preferred_clusters
@@ -198,8 +204,8 @@ class ClusterAffinity:
 class ClusterWeight:
     """The operator's static preference for a cluster (`weight` in its heartbeat)."""
 
-    name = "cluster-weight"
-    static = True
+    name: Final = "cluster-weight"
+    static: Final = True
 
     def score(self, item: ScoreInput) -> float:
         weight = item.cluster.weight
@@ -209,8 +215,8 @@ class ClusterWeight:
 class Cost:
     """Cheaper clusters first, relative to the most expensive cluster in the fleet."""
 
-    name = "cost"
-    static = False
+    name: Final = "cost"
+    static: Final = False
 
     def score(self, item: ScoreInput) -> float:
         cost = item.cluster.cost
