@@ -134,7 +134,12 @@ class TrainingOperatorCounters:
 
     def created(self, record: JobRecord) -> None:
         """A managed job was admitted (queued or held suspended)."""
-        self._created.labels(*self._labels(record)).inc()
+        labels = self._labels(record)
+        self._created.labels(*labels).inc()
+        # Its outcomes' series start at 0 now: one born at 1 by the first failure would show
+        # no increase() to the alerts and the dashboard.
+        for outcome in (self._deleted, self._successful, self._failed, self._restarted):
+            outcome.labels(*labels)
 
     def deleted(self, record: JobRecord) -> None:
         self._deleted.labels(*self._labels(record)).inc()

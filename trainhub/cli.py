@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import signal
 import sys
 import time
@@ -28,6 +29,7 @@ from schemas.events import EventType, JobStatusUpdate
 from schemas.job_parsing import load_documents, load_job_file, parse_job
 from schemas.kubeflow import derive_job_uid
 from schemas.status import ALREADY_EXISTS, JobPhase
+from trainhub import member_rbac
 from trainhub.bus_factory import make_bus
 from trainhub.cli_help import examples, tidy_help
 from trainhub.cli_jobs import register as register_job_commands
@@ -381,6 +383,53 @@ def hub(settings: TrainhubSettings) -> None:
     """Run the hub: validate, place and follow jobs (needs Kafka)."""
     _require_bootstrap(settings)
     asyncio.run(run_hub(settings))
+
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+@app.command(
+    "member-rbac",
+    epilog=examples(
+        "trainhub member-rbac --namespace default --namespace team-a | kubectl apply -f -",
+        "trainhub member-rbac --service-account trainhub/east-worker",
+    ),
+)
+def member_rbac_command(
+    namespace: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--namespace", "-n", help="A namespace the worker accepts (repeatable); none: all."
+        ),
+    ] = None,
+    user: Annotated[
+        str | None, typer.Option(help=f"The worker's user (default {member_rbac.WORKER_USER}).")
+    ] = None,
+    service_account: Annotated[
+        str | None, typer.Option(help="The worker's ServiceAccount instead: NAMESPACE/NAME.")
+    ] = None,
+) -> None:
+    """Print the RBAC objects a worker's identity needs in its member cluster, as YAML for
+    `kubectl apply -f -`: the same rules the sandbox gives its least-privilege worker. Give
+    the namespaces the worker's `--namespace` accepts; without any it gets them everywhere."""
+    namespaces = list(dict.fromkeys(namespace or []))
+    bad = [n for n in namespaces if len(n) > 63 or not _DNS_LABEL.match(n)]
+    if bad:
+        raise fail(f"--namespace {bad[0]!r}: a namespace is a DNS label ([a-z0-9-], at most 63)")
+    if user is not None and service_account is not None:
+        raise fail("give --user or --service-account, not both")
+    if service_account is not None:
+        owner, _, name = service_account.partition("/")
+        if not (_DNS_LABEL.match(owner) and name and len(name) <= 253):
+            raise fail(f"--service-account {service_account!r}: expected NAMESPACE/NAME")
+        subject = member_rbac.service_account(owner, name)
+    else:
+        name = user if user is not None else member_rbac.WORKER_USER
+        if not name.strip():
+            raise fail("--user must not be blank")
+        subject = member_rbac.user(name)
+    objects = member_rbac.manifests(namespaces, subject)
+    sys.stdout.write(yaml.safe_dump_all(objects, sort_keys=False))
 
 
 @app.command(

@@ -14,6 +14,7 @@ import yaml
 
 from tests.deploy.helm_chart import CHART, CI_VALUES, render, require_helm, run_helm
 from trainhub.cli import app
+from trainhub.processes import hub_config
 from trainhub.settings import TrainhubSettings, load_settings
 
 
@@ -192,8 +193,21 @@ def test_selectors_and_references_hold_together(objects: list[dict[str, Any]]) -
         ),
         (("workers[0].name=a",), "kubeconfigSecret is required"),
         (("workers[0].name=a", "workers[0].backend=sim"), "capacity is required"),
+        (("hub.extraArgs={--metrics-port=9100}",), "set settings.metrics_port instead"),
+        (
+            ("workers[0].name=a", "workers[0].kubeconfigSecret=k"),
+            "set settings.metrics_port instead",
+        ),
     ],
-    ids=["password-in-configmap", "bad-name", "duplicate", "no-kubeconfig", "sim-no-capacity"],
+    ids=[
+        "password-in-configmap",
+        "bad-name",
+        "duplicate",
+        "no-kubeconfig",
+        "sim-no-capacity",
+        "hub-metrics-port-arg",
+        "worker-metrics-port-arg",
+    ],
 )
 def test_helm_refuses_values_that_cannot_work(
     helm: Path, sets: tuple[str, ...], message: str
@@ -201,6 +215,8 @@ def test_helm_refuses_values_that_cannot_work(
     args = ["template", "trainhub", str(CHART), "--set", "settings.bootstrap=kafka:9092"]
     for item in sets:
         args += ["--set", item]
+    if message == "set settings.metrics_port instead" and "workers[0].name=a" in sets:
+        args += ["--set-json", 'workers[0].extraArgs=["--metrics-port", "9100"]']
     done = run_helm(helm, *args)
     assert done.returncode != 0
     assert message in done.stderr
@@ -209,3 +225,50 @@ def test_helm_refuses_values_that_cannot_work(
 def test_bootstrap_is_required(helm: Path) -> None:
     done = run_helm(helm, "template", "trainhub", str(CHART))
     assert done.returncode != 0 and "settings.bootstrap is required" in done.stderr
+
+
+def test_without_a_metrics_port_the_processes_serve_the_one_the_probes_use(
+    helm: Path, tmp_path: Path
+) -> None:
+    # Unset (null), the processes would start no metrics server at all while the Services
+    # and readiness probes still pointed at the chart's default port.
+    objects = render(helm, CI_VALUES, sets=("settings.metrics_port=null",))
+    config = tmp_path / "trainhub.yaml"
+    config.write_text(_one(objects, "ConfigMap", "trainhub-config")["data"]["trainhub.yaml"])
+    port = load_settings(config).metrics_port
+    assert port is not None
+    for name in ("trainhub-hub", "trainhub-worker-east"):
+        container = _container(_one(objects, "Deployment", name))
+        assert {p["containerPort"] for p in container["ports"]} == {port}
+
+
+def test_scoring_weights_given_replace_the_default(helm: Path, tmp_path: Path) -> None:
+    config = tmp_path / "trainhub.yaml"
+    for sets, expected in (
+        ((), {"least-allocated": 1.0}),
+        (("settings.placement.scoring.most-allocated=1",), {"most-allocated": 1.0}),
+    ):
+        objects = render(helm, CI_VALUES, sets=sets)
+        config.write_text(_one(objects, "ConfigMap", "trainhub-config")["data"]["trainhub.yaml"])
+        assert hub_config(load_settings(config)).placement.scoring == expected
+
+
+def test_a_worker_s_resources_add_to_the_defaults(objects: list[dict[str, Any]]) -> None:
+    # The CI values give west only requests: it keeps the default memory limit.
+    west = _container(_one(objects, "Deployment", "trainhub-worker-west"))
+    assert west["resources"] == {
+        "requests": {"cpu": "200m", "memory": "512Mi"},
+        "limits": {"memory": "1Gi"},
+    }
+
+
+def test_a_new_chart_managed_password_rolls_the_pods(helm: Path) -> None:
+    def checksums(password: str) -> dict[str, str]:
+        objects = render(helm, CI_VALUES, sets=(f"saslPassword.value={password}",))
+        hub = _one(objects, "Deployment", "trainhub-hub")
+        annotations: dict[str, str] = hub["spec"]["template"]["metadata"]["annotations"]
+        return annotations
+
+    first, second = checksums("one"), checksums("two")
+    assert first["checksum/config"] == second["checksum/config"]
+    assert first["checksum/secret"] != second["checksum/secret"]

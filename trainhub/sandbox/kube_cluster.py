@@ -27,10 +27,10 @@ from typing import Any
 
 import yaml
 
+from trainhub.member_rbac import WORKER_USER, namespace_manifest, worker_rbac
 from trainhub.sandbox.errors import SandboxError
 from trainhub.sandbox.kube_api import ApiClient
 from trainhub.sandbox.kube_build import KubeBinaries, build_kube_binaries
-from trainhub.sandbox.kube_rbac import WORKER_USER, namespace_manifest, worker_rbac
 
 __all__ = [
     "DEFAULT_STAGES",

@@ -66,6 +66,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- $_ := set $settings $key $value }}
 {{- end }}
 {{- end }}
+{{- /* Always written: the Services, ports and probes use this port too. */}}
+{{- $_ := set $settings "metrics_port" (include "trainhub.metricsPort" . | int) }}
 {{- if .Values.tls.existingSecret }}
 {{- $_ := set $settings "ssl_cafile" "/etc/trainhub/tls/ca.crt" }}
 {{- if .Values.tls.clientCertificate }}
@@ -118,4 +120,21 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{- define "trainhub.metricsPort" -}}
 {{- .Values.settings.metrics_port | default 9095 }}
+{{- end }}
+
+{{/* Fails on extra arguments that would contradict what the chart set up around them. */}}
+{{- define "trainhub.checkExtraArgs" -}}
+{{- range .args }}
+{{- if regexMatch "^--metrics-port(=|$)" (toString .) }}
+{{- fail (printf "%s: --metrics-port would move the port away from the Services and probes; set settings.metrics_port instead" $.where) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Annotations that roll the pods when their settings or the chart's Kafka Secret change. */}}
+{{- define "trainhub.checksums" -}}
+checksum/config: {{ include "trainhub.settingsFile" . | sha256sum }}
+{{- if and .Values.saslPassword.value (not .Values.saslPassword.existingSecret) }}
+checksum/secret: {{ .Values.saslPassword.value | sha256sum }}
+{{- end }}
 {{- end }}

@@ -1,0 +1,75 @@
+"""`trainhub member-rbac`: the RBAC a worker's identity needs in its member cluster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from typer.testing import CliRunner
+
+from trainhub.cli import app
+
+
+def _print(*args: str) -> tuple[int, list[dict[str, Any]], str]:
+    result = CliRunner().invoke(app, ["member-rbac", *args])
+    objects = list(yaml.safe_load_all(result.stdout)) if result.exit_code == 0 else []
+    return result.exit_code, objects, result.output
+
+
+def _rules(role: dict[str, Any]) -> dict[str, set[str]]:
+    return {r["resources"][0]: set(r["verbs"]) for r in role["rules"]}
+
+
+def test_namespaced_rights_only_in_the_accepted_namespaces() -> None:
+    code, objects, _ = _print("-n", "default", "-n", "team-a", "--user", "east-worker")
+    assert code == 0
+    kinds = sorted((o["kind"], o["metadata"].get("namespace", "")) for o in objects)
+    assert kinds == [
+        ("ClusterRole", ""),
+        ("ClusterRole", ""),
+        ("ClusterRoleBinding", ""),
+        ("ClusterRoleBinding", ""),
+        ("Role", "default"),
+        ("Role", "team-a"),
+        ("RoleBinding", "default"),
+        ("RoleBinding", "team-a"),
+    ]
+    cluster_wide = {o["metadata"]["name"]: _rules(o) for o in objects if o["kind"] == "ClusterRole"}
+    # Cluster-wide: reading nodes and pods (a node's free capacity counts everyone's pods).
+    assert sorted(cluster_wide.values(), key=str) == [
+        {"nodes": {"get", "list", "watch"}},
+        {"pods": {"get", "list", "watch"}},
+    ]
+    role = next(o for o in objects if o["kind"] == "Role")
+    rules = _rules(role)
+    assert (
+        rules["pods"] == rules["services"] == {"create", "get", "list", "watch", "delete", "patch"}
+    )
+    assert "secrets" not in rules and "nodes" not in rules
+    for binding in (o for o in objects if o["kind"].endswith("Binding")):
+        assert binding["subjects"] == [
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "east-worker"}
+        ]
+
+
+def test_without_namespaces_the_worker_gets_them_everywhere() -> None:
+    code, objects, _ = _print("--service-account", "trainhub/east")
+    assert code == 0
+    assert {o["kind"] for o in objects} == {"ClusterRole", "ClusterRoleBinding"}
+    everywhere = next(o for o in objects if o["metadata"]["name"] == "trainhub-worker")
+    assert everywhere["kind"] == "ClusterRole"
+    assert _rules(everywhere)["pods"] >= {"create", "delete"}
+    subjects = {str(o["subjects"]) for o in objects if o["kind"] == "ClusterRoleBinding"}
+    assert subjects == {str([{"kind": "ServiceAccount", "name": "east", "namespace": "trainhub"}])}
+
+
+def test_bad_arguments_are_one_line_errors() -> None:
+    for args, message in (
+        (("-n", "Team_A"), "a namespace is a DNS label"),
+        (("--user", "a", "--service-account", "b/c"), "not both"),
+        (("--service-account", "east"), "expected NAMESPACE/NAME"),
+        (("--user", " "), "must not be blank"),
+    ):
+        code, _, output = _print(*args)
+        assert code == 1, args
+        assert message in output and "Traceback" not in output

@@ -1,0 +1,109 @@
+"""A worker's least-privilege identity in its member cluster, as RBAC objects: its pods,
+services and configmaps (and pod logs, and events), and the ServiceAccount, Role and
+RoleBinding of an MPIJob's launcher, only in the allowed namespaces (every namespace when the
+worker accepts jobs for all); read-only nodes; and read-only pods cluster-wide, because a
+node's free capacity depends on everyone's pods. `trainhub member-rbac` prints them for a real
+cluster; the sandbox creates them for its worker user."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+WORKER_USER = "trainhub-worker"
+_RBAC = "rbac.authorization.k8s.io/v1"
+_RBAC_GROUP = "rbac.authorization.k8s.io"
+_RBAC_PATH = f"/apis/{_RBAC}"
+_WORKER_ROLE = "trainhub-worker"
+_WORKER_NODE_ROLE = "trainhub-worker-nodes"
+_WORKER_POD_READER_ROLE = "trainhub-worker-pod-reader"
+_READ = ["get", "list", "watch"]
+_WRITE = ["create", "get", "list", "watch", "delete", "patch"]
+_CREATE_AND_DELETE = ["create", "list", "delete"]
+"""Objects created once per job (409 means done) and deleted with it, found by label."""
+
+
+def namespace_manifest(name: str) -> dict[str, Any]:
+    return _object("v1", "Namespace", name)
+
+
+Subject = dict[str, str]
+"""Who is granted: a User, or a ServiceAccount (see `user`, `service_account`)."""
+
+
+def user(name: str) -> Subject:
+    return {"apiGroup": _RBAC_GROUP, "kind": "User", "name": name}
+
+
+def service_account(namespace: str, name: str) -> Subject:
+    return {"kind": "ServiceAccount", "name": name, "namespace": namespace}
+
+
+def worker_rbac(
+    namespaces: Sequence[str], subject: Subject | None = None
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(collection path, object) pairs that grant the worker what it needs and no more; no
+    `namespaces`: the namespaced rights in every namespace (a worker accepting all)."""
+    subject = subject or user(WORKER_USER)
+    for role_name, resource in ((_WORKER_NODE_ROLE, "nodes"), (_WORKER_POD_READER_ROLE, "pods")):
+        role = _object(_RBAC, "ClusterRole", role_name)
+        role["rules"] = [_rule(resource, _READ)]
+        yield f"{_RBAC_PATH}/clusterroles", role
+        binding = _binding("ClusterRoleBinding", role_name, None, subject)
+        yield f"{_RBAC_PATH}/clusterrolebindings", binding
+    if not namespaces:
+        role = _object(_RBAC, "ClusterRole", _WORKER_ROLE)
+        role["rules"] = _namespaced_rules()
+        yield f"{_RBAC_PATH}/clusterroles", role
+        binding = _binding("ClusterRoleBinding", _WORKER_ROLE, None, subject)
+        yield f"{_RBAC_PATH}/clusterrolebindings", binding
+    for namespace in namespaces:
+        role = _object(_RBAC, "Role", _WORKER_ROLE, namespace)
+        role["rules"] = _namespaced_rules()
+        yield f"{_RBAC_PATH}/namespaces/{namespace}/roles", role
+        binding = _binding("RoleBinding", _WORKER_ROLE, namespace, subject)
+        yield f"{_RBAC_PATH}/namespaces/{namespace}/rolebindings", binding
+
+
+def manifests(namespaces: Sequence[str], subject: Subject) -> list[dict[str, Any]]:
+    """The objects of `worker_rbac`, to apply with kubectl."""
+    return [body for _, body in worker_rbac(namespaces, subject)]
+
+
+def _namespaced_rules() -> list[dict[str, Any]]:
+    return [
+        _rule("pods", _WRITE),
+        _rule("services", _WRITE),
+        # MPIJob's hostfile; created before the pods, deleted with the job.
+        _rule("configmaps", ["create", "get", "list", "delete"]),
+        _rule("pods/log", ["get"]),
+        _rule("events", ["create"]),
+        # An MPIJob's launcher runs as a ServiceAccount of its own whose Role lets it read
+        # pods and exec into its workers (Training Operator v1.9's launcher RBAC).
+        _rule("serviceaccounts", _CREATE_AND_DELETE),
+        _rule("roles", _CREATE_AND_DELETE, group=_RBAC_GROUP),
+        _rule("rolebindings", _CREATE_AND_DELETE, group=_RBAC_GROUP),
+        # The apiserver lets an identity create a Role, or bind one, only with permissions
+        # it holds itself, unless it has `escalate` on roles or `bind`. Those two would let
+        # the worker grant anything (bind the namespace's admin role, or write any rule);
+        # holding pods/exec adds nothing the worker cannot already do, since it creates
+        # pods with any command here. So the worker holds the launcher's permission itself.
+        _rule("pods/exec", ["create"]),
+    ]
+
+
+def _object(api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
+    metadata = {"name": name} if namespace is None else {"name": name, "namespace": namespace}
+    return {"apiVersion": api_version, "kind": kind, "metadata": metadata}
+
+
+def _rule(resource: str, verbs: list[str], *, group: str = "") -> dict[str, Any]:
+    return {"apiGroups": [group], "resources": [resource], "verbs": verbs}
+
+
+def _binding(kind: str, role: str, namespace: str | None, subject: Subject) -> dict[str, Any]:
+    binding = _object(_RBAC, kind, role, namespace)
+    role_kind = "ClusterRole" if namespace is None else "Role"
+    binding["roleRef"] = {"apiGroup": _RBAC_GROUP, "kind": role_kind, "name": role}
+    binding["subjects"] = [subject]
+    return binding
