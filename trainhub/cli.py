@@ -391,7 +391,7 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 @app.command(
     "member-rbac",
     epilog=examples(
-        "trainhub member-rbac --namespace default --namespace team-a | kubectl apply -f -",
+        "trainhub member-rbac -n default -n team-a --user trainhub-worker",
         "trainhub member-rbac --service-account trainhub/east-worker",
     ),
 )
