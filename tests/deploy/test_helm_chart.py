@@ -128,8 +128,20 @@ def test_the_workers_run_with_their_cluster_s_flags(objects: list[dict[str, Any]
         "items": [{"key": "config", "path": "config"}],
     }
 
+    # east has its own Kafka identity (so that under ACLs it reads only its assignments).
+    assert params["sasl_username"] == "east-worker"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["TRAINHUB_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+        "name": "east-kafka",
+        "key": "sasl_password",
+    }
+    assert env["TRAINHUB_CONFIG"]["value"] == "/etc/trainhub/config/trainhub.yaml"
+
     west = _one(objects, "Deployment", "trainhub-worker-west")
     params = _parse_cli(_container(west)["args"])
+    assert params["sasl_username"] is None  # the shared one, from the settings file
+    env = {e["name"]: e for e in _container(west)["env"]}
+    assert env["TRAINHUB_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == "trainhub-kafka"
     assert params["context"] is None  # the kubeconfig's current context
     assert (params["weight"], params["cost"], list(params["allow"] or ())) == (None, None, [])
     volumes = {v["name"]: v for v in west["spec"]["template"]["spec"]["volumes"]}
@@ -195,6 +207,14 @@ def test_selectors_and_references_hold_together(objects: list[dict[str, Any]]) -
         (("workers[0].name=a", "workers[0].backend=sim"), "capacity is required"),
         (("hub.extraArgs={--metrics-port=9100}",), "set settings.metrics_port instead"),
         (
+            (
+                "workers[0].name=a",
+                "workers[0].kubeconfigSecret=k",
+                "workers[0].kafka.saslUsername=u",
+            ),
+            "needs kafka.saslPasswordSecret",
+        ),
+        (
             ("workers[0].name=a", "workers[0].kubeconfigSecret=k"),
             "set settings.metrics_port instead",
         ),
@@ -206,6 +226,7 @@ def test_selectors_and_references_hold_together(objects: list[dict[str, Any]]) -
         "no-kubeconfig",
         "sim-no-capacity",
         "hub-metrics-port-arg",
+        "worker-user-without-password",
         "worker-metrics-port-arg",
     ],
 )
@@ -272,3 +293,23 @@ def test_a_new_chart_managed_password_rolls_the_pods(helm: Path) -> None:
     first, second = checksums("one"), checksums("two")
     assert first["checksum/config"] == second["checksum/config"]
     assert first["checksum/secret"] != second["checksum/secret"]
+
+
+def test_a_worker_s_own_client_certificate(helm: Path) -> None:
+    objects = render(
+        helm,
+        CI_VALUES,
+        sets=("tls.existingSecret=kafka-ca", "workers[1].kafka.tlsSecret=west-tls"),
+    )
+    west = _one(objects, "Deployment", "trainhub-worker-west")
+    container = _container(west)
+    params = _parse_cli(container["args"])
+    assert (params["ssl_certfile"], params["ssl_keyfile"]) == (
+        "/etc/trainhub/worker-tls/tls.crt",
+        "/etc/trainhub/worker-tls/tls.key",
+    )
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["worker-tls"] == "/etc/trainhub/worker-tls"
+    assert mounts["tls"] == "/etc/trainhub/tls"  # the CA stays the shared one
+    volumes = {v["name"]: v for v in west["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["worker-tls"]["secret"] == {"secretName": "west-tls"}
