@@ -31,6 +31,7 @@ from schemas.conditions import ConditionValue, set_condition
 from schemas.errors import JobInvalid
 from schemas.events import (
     CloudEvent,
+    ClusterRetired,
     ClusterScore,
     EventType,
     JobAssigned,
@@ -102,6 +103,9 @@ class Hub:
         self._feed_clock: HeartbeatFeedClock | None = None
         """Measures clusters' silences in time the hub could hear them (set at start)."""
         self._lost: set[str] = set()
+        self._retired: set[str] = set()
+        """Clusters an operator retired since their last heartbeat: jobs still placed there
+        are moved elsewhere by the next pass (also after a restart that replayed the event)."""
         self._outbox: list[tuple[JobRecord, str | None, int]] = []
         """Placements whose assignments wait for their Assigned statuses to be durable."""
         self._outbox_ready = asyncio.Event()
@@ -522,7 +526,13 @@ class Hub:
             await asyncio.sleep(interval)
 
     async def _check_clusters(self) -> None:
-        """Mark clusters whose heartbeats stopped as lost and move their jobs elsewhere."""
+        """Mark clusters whose heartbeats stopped as lost and move their jobs elsewhere, and
+        the jobs of retired clusters too."""
+        if self._retired:
+            for record in self.ledger.in_phase(*_PLACED):
+                if record.cluster in self._retired:
+                    reason = f"cluster {record.cluster} retired by an operator"
+                    await self._redispatch(record, reason, revoke=True)
         for snapshot in self.clusters.all():
             if self._feed_clock is None:
                 return
@@ -548,6 +558,18 @@ class Hub:
     # -- clusters topic -------------------------------------------------------------------
 
     async def _on_heartbeat(self, event: CloudEvent, record: Record) -> None:
+        if event.type == EventType.CLUSTER_RETIRED:
+            retired = ClusterRetired.model_validate(event.data)
+            if self.clusters.retire(retired.name):
+                self._retired.add(retired.name)
+                self._lost.discard(retired.name)
+                log.warning(
+                    "cluster retired by an operator: %s",
+                    retired.reason or "no reason given",
+                    extra={"cluster": retired.name},
+                )
+                self._wake.set()
+            return
         if event.type != EventType.CLUSTER_HEARTBEAT:
             raise ValueError(f"unexpected event type {event.type!r} on the clusters topic")
         snapshot = ClusterSnapshot.model_validate(event.data)
@@ -555,6 +577,9 @@ class Hub:
             snapshot = snapshot.model_copy(update={"observedAt": event.time})
         if not self.clusters.update(snapshot, replaying=self._replaying):
             return
+        if snapshot.name in self._retired:
+            self._retired.discard(snapshot.name)
+            log.warning("retired cluster reports again", extra={"cluster": snapshot.name})
         self.reservations.reconcile(snapshot)
         self._wake.set()
 

@@ -70,6 +70,14 @@ class ClusterRegistry:
                 extra={"cluster": cluster},
             )
 
+    def retire(self, name: str) -> bool:
+        """Forget the cluster (until a heartbeat registers it again); False if unknown."""
+        if self._clusters.pop(name, None) is None:
+            return False
+        self._listed = None
+        self._conflicts.discard(name)
+        return True
+
     def get(self, name: str) -> ClusterSnapshot | None:
         return self._clusters.get(name)
 

@@ -50,6 +50,7 @@ class EventType:
     JOB_HANDED_BACK = "io.trainhub.job.handedback"
     JOB_STATUS = "io.trainhub.job.status"
     CLUSTER_HEARTBEAT = "io.trainhub.cluster.heartbeat"
+    CLUSTER_RETIRED = "io.trainhub.cluster.retired"
     LOGS_REQUESTED = "io.trainhub.logs.requested"
     LOGS_CHUNK = "io.trainhub.logs.chunk"
 
@@ -130,6 +131,16 @@ class JobHandedBack(_Payload):
     cluster: str
     attempt: int = Field(ge=1)
     reason: str
+
+
+class ClusterRetired(_Payload):
+    """An operator removed a member cluster whose worker is gone for good (`trainhub
+    retire-cluster`): the hub forgets it and moves its unfinished jobs elsewhere. Keyed by
+    the cluster's name on the clusters topic, so compaction keeps it in place of the
+    heartbeats; the worker's next heartbeat, if one ever comes, registers the cluster again."""
+
+    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    reason: str | None = Field(default=None, max_length=1024)
 
 
 class JobStatusUpdate(_Payload):

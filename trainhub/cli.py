@@ -23,7 +23,7 @@ from rich.text import Text
 
 from bus.base import BusError
 from dispatcher.placement_config import PlacementConfig
-from schemas.cluster import ClusterPolicy, ClustersFile
+from schemas.cluster import ClusterPolicy, ClustersFile, ClusterSnapshot
 from schemas.errors import ContractError
 from schemas.events import EventType, JobStatusUpdate
 from schemas.job_parsing import load_documents, load_job_file, parse_job
@@ -40,7 +40,14 @@ from trainhub.console_view import StatusPrinter, decision_table, error_text
 from trainhub.embedded import Embedded, EmbeddedOptions, make_worker_backend
 from trainhub.logs import setup_logging
 from trainhub.processes import run_hub, run_worker
-from trainhub.producer import follow_submissions, latest_status, request, submit_with_id
+from trainhub.producer import (
+    ClusterStillReporting,
+    follow_submissions,
+    latest_status,
+    request,
+    retire_cluster,
+    submit_with_id,
+)
 from trainhub.settings import TrainhubSettings
 from workers.backends.base import Backend
 from workers.cluster_spec import check_cluster_name, parse_cluster_spec
@@ -386,6 +393,50 @@ def hub(settings: TrainhubSettings) -> None:
 
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+@app.command(
+    "retire-cluster",
+    epilog=examples(
+        "trainhub retire-cluster east",
+        "trainhub retire-cluster east --reason 'decommissioned'",
+    ),
+)
+@with_settings
+def retire_cluster_command(
+    settings: TrainhubSettings,
+    name: Annotated[str, typer.Argument(help="The member cluster's name.")],
+    reason: Annotated[str | None, typer.Option(help="Why, for the hub's log.")] = None,
+    force: Annotated[
+        bool, typer.Option(help="Even if its heartbeat is fresh (its worker still runs).")
+    ] = False,
+) -> None:
+    """Remove a member cluster whose worker is gone for good: the hub forgets it (no more
+    lost-cluster alerts for it) and moves its unfinished jobs elsewhere. Should its worker
+    ever report again, the cluster is back."""
+    _require_bootstrap(settings)
+
+    async def retire() -> ClusterSnapshot:
+        bus = make_bus(settings)
+        await bus.start()
+        try:
+            return await retire_cluster(
+                bus,
+                settings.topics(),
+                name,
+                max_age=settings.max_heartbeat_age,
+                force=force,
+                reason=reason,
+            )
+        finally:
+            await bus.close()
+
+    try:
+        snapshot = asyncio.run(retire())
+    except (KeyError, ClusterStillReporting) as exc:
+        raise fail(str(exc.args[0])) from None
+    age = snapshot.age_seconds(datetime.now(UTC))
+    console.print(f"retired cluster {name} (last heartbeat {age:.0f}s ago)")
 
 
 @app.command(

@@ -15,6 +15,7 @@ from schemas.cluster import ClusterSnapshot
 from schemas.codec import decode_event
 from schemas.errors import EventDecodeError
 from schemas.events import (
+    ClusterRetired,
     EventType,
     JobRef,
     JobStatusUpdate,
@@ -189,6 +190,9 @@ async def read_clusters(
     clusters: dict[str, ClusterSnapshot] = {}
     instances = InstanceWatch(window)
     async for event in events_to_end(bus, topics.clusters):
+        if event.type == EventType.CLUSTER_RETIRED:
+            clusters.pop(event.data_as(ClusterRetired).name, None)
+            continue
         if event.type != EventType.CLUSTER_HEARTBEAT:
             continue
         # One partition, in the order written: the last heartbeat is the newest.
@@ -209,3 +213,36 @@ async def read_clusters(
             update = {"healthy": False, "unhealthyReason": conflict}
             clusters[name] = snapshot.model_copy(update=update)
     return clusters
+
+
+class ClusterStillReporting(ValueError):
+    """`retire_cluster` refused: the cluster's heartbeat is fresh (its worker runs)."""
+
+
+async def retire_cluster(
+    bus: Bus,
+    topics: Topics,
+    name: str,
+    *,
+    max_age: float,
+    force: bool = False,
+    reason: str | None = None,
+) -> ClusterSnapshot:
+    """Tell the hub to forget a member cluster whose worker is gone for good; the cluster's
+    last snapshot. KeyError: no such cluster on the clusters topic; ClusterStillReporting:
+    its heartbeat is at most `max_age` seconds old and not `force`."""
+    clusters = await read_clusters(bus, topics)
+    snapshot = clusters.get(name)
+    if snapshot is None:
+        known = ", ".join(sorted(clusters)) or "none"
+        raise KeyError(f"no cluster named {name!r} reports on this bus (known: {known})")
+    age = snapshot.age_seconds(datetime.now(UTC))
+    if age <= max_age and not force:
+        raise ClusterStillReporting(
+            f"cluster {name!r} reported {age:.0f}s ago: stop its worker first (retiring a "
+            "live cluster lasts only until its next heartbeat), or give --force"
+        )
+    payload = ClusterRetired(name=name, reason=reason)
+    event = make_event(EventType.CLUSTER_RETIRED, "trainhub/cli", name, payload)
+    await publish_event(bus, topics.clusters, name, event)
+    return snapshot

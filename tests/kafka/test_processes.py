@@ -188,3 +188,35 @@ async def test_up_on_a_broker_with_history_reports_only_its_own_runs(
     second = await cli("up", *common, "--exit-on-finish", str(job_file), timeout=120)
     assert second.returncode == 1, second.stdout + second.stderr
     assert "already exists" in second.stdout and "some jobs did not succeed" in second.stdout
+
+
+async def test_retire_cluster_command(
+    kafka_settings: KafkaSettings, topics: Topics, tmp_path: Path
+) -> None:
+    common = _common(kafka_settings, topics)
+    ghost = sim_worker("ghost", common, tmp_path, heartbeat_interval=0.5)
+    steady = sim_worker("steady", common, tmp_path, heartbeat_interval=0.5)
+
+    async def listed() -> set[str]:
+        shown = await cli("get", "clusters", "-o", "json", *common, timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        return {c["name"] for c in json.loads(shown.stdout)}
+
+    try:
+        deadline = time.monotonic() + 60
+        while await listed() != {"ghost", "steady"}:
+            assert time.monotonic() < deadline, ghost.log()
+            await asyncio.sleep(0.5)
+        alive = await cli("retire-cluster", "ghost", *common, "--max-heartbeat-age", "3")
+        assert alive.returncode == 1 and "stop its worker first" in alive.stderr, alive.stderr
+        ghost.kill()
+        await asyncio.sleep(4)  # its last heartbeat is now older than 3 s
+        retired = await cli("retire-cluster", "ghost", *common, "--max-heartbeat-age", "3")
+        assert retired.returncode == 0, retired.stderr
+        assert "retired cluster ghost" in retired.stdout
+        assert await listed() == {"steady"}
+        unknown = await cli("retire-cluster", "ghost", *common)
+        assert unknown.returncode == 1 and "known: steady" in unknown.stderr, unknown.stderr
+    finally:
+        ghost.terminate()
+        assert steady.terminate() in (0, -15), steady.log()[-2000:]
