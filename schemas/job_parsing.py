@@ -62,30 +62,41 @@ def _short_text(value: Any) -> TypeGuard[str]:
 
 MAX_DEPTH = 64
 """Nesting deeper than any real pod spec; deeper documents cannot be serialised again."""
+MAX_CONTAINERS = 100_000
+"""Mappings and lists in one document: a real job has hundreds. More is a YAML alias bomb
+(a kilobyte whose aliases expand to millions of values) or a document no apiserver stores."""
 
 
-def _too_deep(document: Any, limit: int = MAX_DEPTH) -> bool:
-    """Whether some value sits more than `limit` levels below the document."""
+def _shape_problem(document: Any) -> str | None:
+    """Why the document is too deep or too large to take in, if it is."""
     # Level by level over containers only: a job is mostly strings, and stepping onto each
-    # of them was most of the time parsing took.
+    # of them was most of the time parsing took. Aliased (shared) containers count at each
+    # place they appear, as they would once serialised.
     level = [document] if isinstance(document, (dict, list)) else []
-    for _ in range(limit):
+    seen = len(level)
+    for _ in range(MAX_DEPTH):
         below: list[Any] = []
         for node in level:
             children = node.values() if isinstance(node, dict) else node
             below += [c for c in children if isinstance(c, (dict, list))]
+            if seen + len(below) > MAX_CONTAINERS:
+                return f"the document holds more than {MAX_CONTAINERS} mappings and lists"
         if not below:
-            return False
+            return None
+        seen += len(below)
         level = below
-    return any(level)  # a non-empty container at the limit has values below it
+    if any(level):  # a non-empty container at the limit has values below it
+        return f"the document is nested deeper than {MAX_DEPTH} levels"
+    return None
 
 
 def parse_job(document: Any) -> AnyJob:
     """Validate one job document; raises JobInvalid naming the field and the offending value."""
     if not isinstance(document, dict):
         raise JobInvalid(f"a job must be a mapping, got {type(document).__name__}")
-    if _too_deep(document):
-        raise JobInvalid(f"the document is nested deeper than {MAX_DEPTH} levels")
+    problem = _shape_problem(document)
+    if problem is not None:
+        raise JobInvalid(problem)
     kind = document.get("kind")
     if not isinstance(kind, str):
         raise JobInvalid(f"kind: must be a string (got {str(kind)[:64]!r})")
@@ -115,24 +126,40 @@ def _describe(exc: ValidationError) -> str:
 
 
 def load_documents(text: str, origin: str = "<input>") -> list[Any]:
-    """YAML (multi-document) or JSON text to Python objects; syntax errors become JobInvalid."""
-    stripped = text.lstrip()
-    try:
-        if stripped.startswith(("{", "[")):
+    """YAML (multi-document) or JSON text to Python objects, a top-level list being a list
+    of documents; syntax errors become JobInvalid."""
+    text = text.removeprefix("\ufeff")
+    if text.lstrip().startswith(("{", "[")):
+        try:
             loaded = json.loads(text)
             return loaded if isinstance(loaded, list) else [loaded]
-        return [d for d in yaml.safe_load_all(text) if d is not None]
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        except json.JSONDecodeError:
+            pass  # flow-style YAML starts the same way
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
         raise JobInvalid(f"{origin}: not valid YAML or JSON: {exc}") from exc
+    if len(documents) == 1 and isinstance(documents[0], list):
+        return [d for d in documents[0] if d is not None]
+    return documents
+
+
+def read_text(path: Path) -> str:
+    """A job or clusters file's text; JobInvalid naming the file when it cannot be read or
+    is not UTF-8."""
+    try:
+        return path.read_bytes().decode("utf-8-sig")
+    except OSError as exc:
+        raise JobInvalid(f"{path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise JobInvalid(
+            f"{path}: not UTF-8 text (byte {exc.start}): job files are YAML or JSON"
+        ) from exc
 
 
 def load_job_file(path: Path) -> list[AnyJob]:
     """Every job in a YAML/JSON file, validated."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise JobInvalid(f"{path}: {exc.strerror}") from exc
-    documents = load_documents(text, str(path))
+    documents = load_documents(read_text(path), str(path))
     if not documents:
         raise JobInvalid(f"{path}: no job document found")
     return [parse_job(doc) for doc in documents]

@@ -8,6 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.quantity import ResourceList
 
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+
 TRAINHUB_MANAGER = "trainhub.io/dispatcher"
 """The `runPolicy.managedBy` value that hands a job to trainhub."""
 
@@ -26,9 +29,10 @@ class RunPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     cleanPodPolicy: Literal["All", "Running", "None"] | None = None
-    ttlSecondsAfterFinished: int | None = Field(default=None, ge=0)
-    activeDeadlineSeconds: int | None = Field(default=None, ge=0)
-    backoffLimit: int | None = Field(default=None, ge=0)
+    # Upstream's Go types: int32, int64, int32.
+    ttlSecondsAfterFinished: int | None = Field(default=None, ge=0, le=_INT32_MAX)
+    activeDeadlineSeconds: int | None = Field(default=None, ge=0, le=_INT64_MAX)
+    backoffLimit: int | None = Field(default=None, ge=0, le=_INT32_MAX)
     schedulingPolicy: SchedulingPolicy | None = None
     suspend: bool | None = None
     managedBy: str | None = Field(default=None, max_length=63)

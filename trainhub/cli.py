@@ -26,7 +26,14 @@ from dispatcher.placement_config import PlacementConfig
 from schemas.cluster import ClusterPolicy, ClustersFile, ClusterSnapshot
 from schemas.errors import ContractError
 from schemas.events import EventType, JobStatusUpdate
-from schemas.job_parsing import load_documents, load_job_file, parse_job
+from schemas.job_parsing import (
+    job_uid_of,
+    load_documents,
+    load_job_file,
+    names_of,
+    parse_job,
+    read_text,
+)
 from schemas.kubeflow import derive_job_uid
 from schemas.status import ALREADY_EXISTS, JobPhase
 from trainhub import member_rbac
@@ -139,7 +146,7 @@ def plan(
         raise fail(f"invalid settings: {exc}", code=2) from None
     try:
         jobs = [job for path in job_files for job in load_job_file(path)]
-        documents = load_documents(clusters.read_text(), str(clusters))
+        documents = load_documents(read_text(clusters), str(clusters))
         if len(documents) != 1:
             raise ContractError(f"{clusters}: expected one document with a `clusters` list")
         snapshots = ClustersFile.model_validate(documents[0]).clusters
@@ -233,6 +240,7 @@ def up(
         documents = [d for f in job_files or [] for d in _documents(f)]
         if exit_on_finish and not documents:
             raise ValueError("--exit-on-finish waits for the jobs given: name at least one file")
+        _check_identities(documents)
     except (ContractError, ValueError) as exc:
         raise fail(str(exc)) from None
     try:
@@ -294,14 +302,27 @@ def _sandbox_workers(
 
 
 def _documents(path: Path) -> list[dict[str, Any]]:
-    try:
-        docs = load_documents(path.read_text(), str(path))
-    except OSError as exc:
-        raise ContractError(f"{path}: {exc.strerror}") from exc
+    docs = load_documents(read_text(path), str(path))
     bad = [d for d in docs if not isinstance(d, dict)]
     if bad or not docs:
         raise ContractError(f"{path}: expected job documents (mappings)")
     return docs
+
+
+def _check_identities(documents: list[dict[str, Any]]) -> None:
+    """Every job given to `up` names itself, once: the hub knows a job by its identity, so a
+    nameless one cannot be followed and a second copy would only be refused."""
+    seen: dict[str, str] = {}
+    for document in documents:
+        uid = job_uid_of(document)
+        names = names_of(document)
+        shown = f"{names.get('namespace', 'default')}/{names.get('name', '?')}"
+        if uid is None:
+            kind = names.get("kind", "job")
+            raise ContractError(f"a {kind} document has no valid metadata.name to identify it")
+        if uid in seen:
+            raise ContractError(f"job {shown} appears twice in the files: give each job once")
+        seen[uid] = shown
 
 
 async def _run_up(
@@ -344,6 +365,8 @@ async def _run_up(
             uid, submissions[uid] = await submit_with_id(system.bus, system.topics, document)
         uids = list(submissions)
         final: dict[str, JobStatusUpdate] = {}
+        # On the in-memory bus nothing else can resume a job held suspended: it is final.
+        held = not settings.bootstrap
         ours = follow_submissions(system.bus, system.topics, submissions, from_time_ms=since)
         if live:
             state = LiveState(title=headline, max_heartbeat_age=options.max_heartbeat_age)
@@ -354,7 +377,7 @@ async def _run_up(
                     async for update in system.updates():
                         view.status(update)
                     return 0
-                await _follow_until_finished(ours, len(uids), final, view.status)
+                await _follow_until_finished(ours, len(uids), final, view.status, held)
         else:
             console.print(headline)
             printer = StatusPrinter(console)
@@ -362,7 +385,7 @@ async def _run_up(
                 async for update in system.updates():
                     printer(update)
                 return 0
-            await _follow_until_finished(ours, len(uids), final, printer)
+            await _follow_until_finished(ours, len(uids), final, printer, held)
         for update in final.values():
             for pod, text in (await system.pod_logs(update)).items():
                 tail = text.strip().splitlines()[-3:]
@@ -371,6 +394,11 @@ async def _run_up(
         ok = all(
             u.phase == JobPhase.SUCCEEDED and u.reason != ALREADY_EXISTS for u in final.values()
         )
+        if any(u.phase == JobPhase.SUSPENDED for u in final.values()):
+            console.print(
+                "a job held suspended (runPolicy.suspend) never runs here: nothing can resume "
+                "it on this in-memory bus (run on Kafka with --bootstrap and `trainhub resume`)"
+            )
         console.print(
             Text("all jobs succeeded", style="bold green")
             if ok
@@ -638,6 +666,11 @@ async def _submit(
         ok = all(
             u.phase == JobPhase.SUCCEEDED and u.reason != ALREADY_EXISTS for u in final.values()
         )
+        if any(u.phase == JobPhase.SUSPENDED for u in final.values()):
+            console.print(
+                "a job held suspended (runPolicy.suspend) never runs here: nothing can resume "
+                "it on this in-memory bus (run on Kafka with --bootstrap and `trainhub resume`)"
+            )
         return 0 if ok else 1
     finally:
         await bus.close()
@@ -648,11 +681,14 @@ async def _follow_until_finished(
     count: int,
     final: dict[str, JobStatusUpdate],
     show: Callable[[JobStatusUpdate], None],
+    held_is_final: bool = False,
 ) -> None:
-    """Show updates until `count` jobs finished (or were refused), keeping each last one."""
+    """Show updates until `count` jobs finished (or were refused, or, `held_is_final`, are
+    held suspended), keeping each last one."""
     async for update in updates:
         show(update)
-        if update.phase.finished or update.reason == ALREADY_EXISTS:
+        held = held_is_final and update.phase == JobPhase.SUSPENDED
+        if update.phase.finished or update.reason == ALREADY_EXISTS or held:
             final[update.uid] = update
             if len(final) == count:
                 return

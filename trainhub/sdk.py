@@ -28,7 +28,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from bus.base import Bus
 from schemas.cluster import ClusterSnapshot
 from schemas.events import EventType, LogsChunk, LogsRequested
-from schemas.job_parsing import load_documents, parse_job
+from schemas.job_parsing import load_documents, parse_job, read_text
 from schemas.kubeflow import JOB_CLASSES, derive_job_uid
 from schemas.run_policy import TRAINHUB_MANAGER
 from schemas.status import ConditionType, JobCondition, JobPhase
@@ -594,10 +594,7 @@ def _document(
     that names none (the client's, as upstream creates it in)."""
     if isinstance(job, str | Path):
         path = Path(job)
-        try:
-            documents = load_documents(path.read_text(), str(path))
-        except OSError as exc:
-            raise ValueError(f"{path}: {exc.strerror}") from exc
+        documents = load_documents(read_text(path), str(path))
         if len(documents) != 1 or not isinstance(documents[0], dict):
             raise ValueError(f"{path}: expected exactly one job document")
         document: dict[str, Any] = documents[0]

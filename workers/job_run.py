@@ -317,7 +317,7 @@ class JobRun:
         start = self.status.startTime
         if seconds is None or start is None or self.finished or self.suspended:
             return None
-        return start + timedelta(seconds=seconds)
+        return _after(start, seconds)
 
     def expire_deadline(self) -> Decision:
         """Fail the job if its active deadline has passed (the worker's timer asks on time)."""
@@ -341,7 +341,7 @@ class JobRun:
         done = self.status.completionTime
         if ttl is None or done is None or not self.finished:
             return None
-        return done + timedelta(seconds=ttl)
+        return _after(done, ttl)
 
     def next_timer(self) -> datetime | None:
         """The next moment the worker must look at this run again."""
@@ -409,3 +409,12 @@ class JobRun:
             for p in self.pods.values()
             if policy == "All" or ((policy == "Running" or stop_active) and p.phase in _ACTIVE)
         ]
+
+
+def _after(moment: datetime, seconds: int) -> datetime | None:
+    """`seconds` after `moment`; None (never) past what a datetime holds (year 9999): a
+    deadline of 10^14 s is valid int64 and means no deadline in practice."""
+    try:
+        return moment + timedelta(seconds=seconds)
+    except OverflowError:
+        return None

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import json
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -148,6 +151,37 @@ def test_malformed_yaml_is_a_clear_error(tmp_path: Path) -> None:
         load_job_file(bad)
     with pytest.raises(JobInvalid, match="not valid YAML or JSON"):
         load_documents('{"kind": ', "inline")
+
+
+def test_job_files_in_every_yaml_and_json_form(tmp_path: Path) -> None:
+    job = jax_job("forms", workers=1)
+    flow = tmp_path / "flow.yaml"  # flow-style YAML starts like JSON
+    flow.write_text(yaml.safe_dump(job, default_flow_style=True).replace('"', ""))
+    assert flow.read_text().startswith("{")
+    listed = tmp_path / "list.yaml"  # a YAML list of jobs, as a JSON array is
+    listed.write_text(yaml.safe_dump([job, jax_job("second", workers=1)]))
+    bom = tmp_path / "bom.json"  # as some editors save
+    bom.write_bytes(b"\xef\xbb\xbf[" + json.dumps(job).encode() + b"]")
+    assert [j.metadata.name for j in load_job_file(flow)] == ["forms"]
+    assert [j.metadata.name for j in load_job_file(listed)] == ["forms", "second"]
+    assert [j.metadata.name for j in load_job_file(bom)] == ["forms"]
+
+
+def test_unreadable_or_oversized_files_are_one_line_errors(tmp_path: Path) -> None:
+    binary = tmp_path / "model.bin"
+    binary.write_bytes(bytes(range(256)))
+    with pytest.raises(JobInvalid, match=r"model.bin: not UTF-8 text \(byte 128\)"):
+        load_job_file(binary)
+    # A kilobyte of YAML aliases that expands to 9^9 lists is refused at once.
+    bomb = tmp_path / "bomb.yaml"
+    letters = "abcdefghi"
+    lines = ["a: &a [x,x,x,x,x,x,x,x,x]"]
+    lines += [f"{c}: &{c} [{','.join(['*' + p] * 9)}]" for p, c in itertools.pairwise(letters)]
+    bomb.write_text("\n".join(lines) + "\n")
+    started = time.monotonic()
+    with pytest.raises(JobInvalid, match="more than 100000 mappings and lists"):
+        load_job_file(bomb)
+    assert time.monotonic() - started < 10
 
 
 def test_quantities() -> None:

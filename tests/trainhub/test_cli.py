@@ -133,3 +133,45 @@ def test_up_refuses_malformed_yaml(tmp_path: Path) -> None:
     result = trainhub("up", "--backend", "sim", "--exit-on-finish", str(broken))
     assert result.returncode == 1
     assert "not valid YAML or JSON" in result.stderr
+
+
+def test_up_refuses_nameless_and_repeated_jobs_before_starting(tmp_path: Path) -> None:
+    nameless = jax_job("x", workers=1)
+    del nameless["metadata"]["name"]
+    twice = tmp_path / "twice.yaml"
+    twice.write_text(yaml.safe_dump_all([jax_job("dup", workers=1)] * 2))
+    cases = (
+        (nameless, "a JAXJob document has no valid metadata.name"),
+        (None, "job default/dup appears twice in the files"),
+    )
+    for document, message in cases:
+        path = twice
+        if document is not None:
+            path = tmp_path / "nameless.yaml"
+            path.write_text(yaml.safe_dump(document))
+        for live in ("--live", "--no-live"):
+            result = trainhub("up", "--backend", "sim", "--exit-on-finish", live, str(path))
+            assert result.returncode == 1, result.stdout + result.stderr
+            assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_up_ends_on_a_job_held_suspended(tmp_path: Path) -> None:
+    # On the in-memory bus nothing could ever resume it: --exit-on-finish must not wait.
+    held = jax_job("held", workers=1)
+    held["spec"]["runPolicy"]["suspend"] = True
+    path = tmp_path / "held.yaml"
+    path.write_text(yaml.safe_dump(held))
+    result = trainhub("up", "--backend", "sim", "--exit-on-finish", str(path), timeout=60)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Suspended" in result.stdout and "nothing can resume it" in result.stdout
+
+
+def test_up_and_render_read_unusual_files(tmp_path: Path) -> None:
+    binary = tmp_path / "weights.bin"
+    binary.write_bytes(bytes(range(256)))
+    for command in ("render", "up"):
+        args = ("up", "--backend", "sim", "--exit-on-finish") if command == "up" else (command,)
+        result = trainhub(*args, str(binary))
+        assert result.returncode == 1
+        assert "weights.bin: not UTF-8 text" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr

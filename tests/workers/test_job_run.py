@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from schemas.errors import JobInvalid
+from schemas.job_parsing import parse_job
 from schemas.status import JobPhase
 from tests.workers.job_documents import job_document, rendered, replica
 from workers.backends.base import PodObservation, PodPhase
@@ -250,6 +252,29 @@ def test_active_deadline_counts_from_start_time_and_fails_the_job() -> None:
     # The running pod is stopped; the finished one stays for its logs (cleanPodPolicy None).
     assert names(decision.delete) == ["j-worker-0"]
     assert run.deadline() is None and run.next_timer() is None
+
+
+def test_a_deadline_or_ttl_past_year_9999_is_never() -> None:
+    # Valid int64 seconds that no datetime holds: never, not an OverflowError in the
+    # worker's timer task (which stopped the worker carrying out later assignments).
+    clock = FakeClock()
+    policy = {"activeDeadlineSeconds": 10**14, "ttlSecondsAfterFinished": 2**31 - 1}
+    run = make_run(jax(workers=1, run_policy=policy), clock)
+    run.start()
+    assert run.deadline() is None and run.next_timer() is None
+    assert run.expire_deadline() == Decision()
+    see(run, "j-worker-0", "Succeeded", 0)
+    assert run.expiry() == clock.now + timedelta(seconds=2**31 - 1)
+
+
+def test_run_policy_numbers_keep_upstream_s_int_sizes() -> None:
+    for field, too_big in (
+        ("ttlSecondsAfterFinished", 2**31),
+        ("backoffLimit", 2**31),
+        ("activeDeadlineSeconds", 2**63),
+    ):
+        with pytest.raises(JobInvalid, match=field):
+            parse_job(jax(run_policy={field: too_big}))
 
 
 def test_deadline_with_clean_pod_policy_all_deletes_every_pod() -> None:
