@@ -269,11 +269,20 @@ class Hub:
             and known.phase != JobPhase.DELETED
             and known.managed_by != (job.run_policy.managedBy or "")
         ):
-            raise ValueError(
+            problem = (
                 f"runPolicy.managedBy is immutable: job {job.key} is managed by "
                 f"{known.managed_by or '(unset)'}, the resubmission says "
                 f"{job.run_policy.managedBy or '(unset)'}"
             )
+            # Refused as a duplicate is, so that its producer hears why; the event goes to
+            # the dead-letter topic too.
+            await self._publish_status(
+                known,
+                reason=ALREADY_EXISTS,
+                message=f"job {job.key} already exists ({known.phase.value}); {problem}",
+                submission=event.id,
+            )
+            raise ValueError(problem)
         if known is not None and known.submission == event.id:
             return  # the same submission delivered again
         if known is not None and known.phase != JobPhase.DELETED:

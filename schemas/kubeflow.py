@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from schemas.pod import PodTemplateSpec
 from schemas.run_policy import RunPolicy
+from schemas.sim_annotations import sim_annotation_problem
 from schemas.status import JobStatus
 
 API_VERSION = "kubeflow.org/v1"
@@ -202,6 +203,11 @@ class _TrainingJobBase(BaseModel):
             )
         if self.HAS_SERVICES:
             self._check_service_names(problems)
+        for rtype, rspec in self.replica_specs.items():
+            wrong = sim_annotation_problem(rspec.template.metadata.annotations or {})
+            if wrong is not None:
+                where = f"{self._replica_path(rtype)}.template.metadata.annotations"
+                problems.append(f"{where}{wrong}")
         if not self.REQUIRES_DEFAULT_CONTAINER:
             return
         for rtype, rspec in self.replica_specs.items():

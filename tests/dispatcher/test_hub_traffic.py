@@ -226,7 +226,10 @@ async def test_a_finished_job_is_kept_as_a_summary_and_still_refuses_resubmissio
         await bus.flush()
     updates = [e.data_as(JobStatusUpdate) async for e in events_to_end(bus, topics.status)]
     answers = [u for u in updates if u.uid == done and u.reason == "AlreadyExists"]
-    assert len(answers) == 1 and answers[0].phase == JobPhase.SUCCEEDED
+    assert [a.phase for a in answers] == [JobPhase.SUCCEEDED] * 2
+    # The second producer hears why too (its watcher waited for ever on a dead letter alone).
+    assert "managedBy is immutable" in (answers[1].message or "")
+    assert answers[0].submission != answers[1].submission
     # The decision was published with the placement before the record let go of it.
     assigned = [u for u in updates if u.uid == done and u.phase == JobPhase.ASSIGNED]
     assert assigned and assigned[0].placement is not None

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from schemas.job_parsing import parse_job
+from schemas.sim_annotations import SIM_DURATION
 from tests.helpers import jax_job
 from tests.kube.sandbox_access import (
     admin_request,
@@ -21,7 +22,7 @@ from tests.kube.sandbox_access import (
     worker_backend,
 )
 from trainhub.sandbox.kube_cluster import KubeSandbox, MemberCluster
-from workers.backends.base import SIM_DURATION, Capacity
+from workers.backends.base import Capacity
 from workers.backends.kube import KubeBackend
 from workers.backends.kube_client import KubeForbidden
 from workers.rendering import (

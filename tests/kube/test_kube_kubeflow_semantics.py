@@ -25,13 +25,13 @@ from bus.topics import Topics
 from dispatcher.hub import Hub, HubConfig
 from schemas.events import EventType, JobStatusUpdate
 from schemas.job_parsing import parse_job
+from schemas.sim_annotations import SIM_DURATION
 from schemas.status import JobPhase
 from tests.helpers import jax_job
 from tests.kube.sandbox_access import admin_request, job_objects, worker_backend
 from tests.workers.job_documents import KINDS
 from trainhub.producer import follow_status, request, submit_document
 from trainhub.sandbox.kube_cluster import KubeSandbox, MemberCluster
-from workers.backends.base import SIM_DURATION
 from workers.rendering import render_job
 from workers.worker import Worker, WorkerConfig
 

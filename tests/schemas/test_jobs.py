@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -182,6 +183,25 @@ def test_unreadable_or_oversized_files_are_one_line_errors(tmp_path: Path) -> No
     with pytest.raises(JobInvalid, match="more than 100000 mappings and lists"):
         load_job_file(bomb)
     assert time.monotonic() - started < 10
+
+
+def test_sim_annotations_are_checked_at_submission() -> None:
+    # A typo used to surface as a traceback in the sim pod task, the job Running for ever.
+    for name, value, message in (
+        ("trainhub.io/sim-duration", "bogus", "not a duration: 'bogus'"),
+        ("trainhub.io/sim-duration", "nan", "between 0 and ten years"),
+        ("trainhub.io/sim-duration", "-1", "between 0 and ten years"),
+        ("trainhub.io/sim-exit-code", "x", "not an exit code 0..255: 'x'"),
+        ("trainhub.io/sim-exit-code", "256", "not an exit code"),
+    ):
+        job = jax_job("sim", workers=1)
+        template = job["spec"]["jaxReplicaSpecs"]["Worker"]["template"]
+        template.setdefault("metadata", {}).setdefault("annotations", {})[name] = value
+        path = f"spec.jaxReplicaSpecs.Worker.template.metadata.annotations[{name}]"
+        with pytest.raises(JobInvalid, match=re.escape(path) + ".*" + re.escape(message)):
+            parse_job(job)
+    fine = jax_job("sim", workers=1, duration="1m30s", exit_code="3")
+    assert parse_job(fine).metadata.name == "sim"
 
 
 def test_quantities() -> None:

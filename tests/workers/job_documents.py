@@ -7,7 +7,7 @@ from typing import Any
 
 from schemas.job_parsing import parse_job
 from schemas.kubeflow import AnyJob
-from workers.backends.base import SIM_DURATION, SIM_EXIT_CODE
+from schemas.sim_annotations import SIM_DURATION, SIM_EXIT_CODE
 from workers.rendering import RenderedJob, render_job
 
 KINDS: dict[str, tuple[str, str]] = {

@@ -12,8 +12,6 @@ from workers.network import ClusterNetwork, Network
 from workers.rendering import AccessPlan, ConfigMapPlan, PodPlan, ServicePlan
 
 PodPhase = Literal["Pending", "Running", "Succeeded", "Failed"]
-SIM_DURATION = "trainhub.io/sim-duration"
-SIM_EXIT_CODE = "trainhub.io/sim-exit-code"
 UNSCHEDULABLE_PREFIX = "Unschedulable:"
 """How a Pending observation's message starts when no node can take the pod."""
 

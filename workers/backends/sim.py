@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from bus.aiotasks import TaskOwner
+from schemas.sim_annotations import SIM_DURATION, SIM_EXIT_CODE, parse_duration, parse_exit_code
 from workers.backends.base import (
-    SIM_DURATION,
-    SIM_EXIT_CODE,
     UNSCHEDULABLE_PREFIX,
     Backend,
     Capacity,
@@ -19,7 +18,6 @@ from workers.backends.base import (
 )
 from workers.backends.crash_backoff import CrashBackoff
 from workers.backends.node_pool import NodePool
-from workers.durations import parse_duration
 from workers.rendering import PodPlan, ServicePlan
 
 DEFAULT_DURATION = 1.0
@@ -109,7 +107,7 @@ class SimBackend(Backend):
         await self._emit(pod)
         annotations = pod.plan.annotations
         duration = parse_duration(annotations.get(SIM_DURATION, str(DEFAULT_DURATION)))
-        exit_code = int(annotations.get(SIM_EXIT_CODE, "0"))
+        exit_code = parse_exit_code(annotations.get(SIM_EXIT_CODE, "0"))
         await asyncio.sleep(duration * self.time_scale)
         if self._pods.get(key) is not pod:
             return
