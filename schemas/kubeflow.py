@@ -61,7 +61,7 @@ class ObjectMeta(BaseModel):
 class ReplicaSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    replicas: int | None = Field(default=None, ge=0, le=10_000)
+    replicas: int | None = Field(strict=True, default=None, ge=0, le=10_000)
     template: PodTemplateSpec
     restartPolicy: Literal["Always", "OnFailure", "Never", "ExitCode"] | None = None
 
@@ -79,25 +79,25 @@ class RDZVConf(BaseModel):
 class ElasticPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    minReplicas: int | None = Field(default=None, ge=0)
-    maxReplicas: int | None = Field(default=None, ge=0)
+    minReplicas: int | None = Field(strict=True, default=None, ge=0)
+    maxReplicas: int | None = Field(strict=True, default=None, ge=0)
     rdzvBackend: str | None = None
     rdzvHost: str | None = None
-    rdzvPort: int | None = Field(default=None, ge=1, le=65535)
+    rdzvPort: int | None = Field(strict=True, default=None, ge=1, le=65535)
     rdzvId: str | None = None
     rdzvConf: list[RDZVConf] | None = None
-    standalone: bool | None = None
-    nProcPerNode: int | None = Field(default=None, ge=1)
-    maxRestarts: int | None = Field(default=None, ge=0)
+    standalone: bool | None = Field(default=None, strict=True)
+    nProcPerNode: int | None = Field(strict=True, default=None, ge=1)
+    maxRestarts: int | None = Field(strict=True, default=None, ge=0)
     metrics: list[dict[str, Any]] | None = None
 
 
 class PaddleElasticPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    minReplicas: int | None = Field(default=None, ge=0)
-    maxReplicas: int | None = Field(default=None, ge=0)
-    maxRestarts: int | None = Field(default=None, ge=0)
+    minReplicas: int | None = Field(strict=True, default=None, ge=0)
+    maxReplicas: int | None = Field(strict=True, default=None, ge=0)
+    maxRestarts: int | None = Field(strict=True, default=None, ge=0)
     metrics: list[dict[str, Any]] | None = None
 
 
@@ -110,7 +110,7 @@ class _JobSpec(BaseModel):
 class TFJobSpec(_JobSpec):
     tfReplicaSpecs: ReplicaSpecs
     successPolicy: Literal["", "AllWorkers"] | None = None
-    enableDynamicWorker: bool | None = None
+    enableDynamicWorker: bool | None = Field(default=None, strict=True)
 
 
 class PyTorchJobSpec(_JobSpec):
@@ -125,11 +125,11 @@ class XGBoostJobSpec(_JobSpec):
 
 class MPIJobSpec(_JobSpec):
     mpiReplicaSpecs: ReplicaSpecs
-    slotsPerWorker: int | None = Field(default=None, ge=1)
+    slotsPerWorker: int | None = Field(strict=True, default=None, ge=1)
     cleanPodPolicy: Literal["All", "Running", "None"] | None = None
     mainContainer: str | None = None
     launcherCreationPolicy: Literal["AtStartup", "WaitForWorkersReady"] | None = None
-    runLauncherAsWorker: bool | None = None
+    runLauncherAsWorker: bool | None = Field(default=None, strict=True)
 
 
 class PaddleJobSpec(_JobSpec):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any, Literal
@@ -17,16 +18,44 @@ class _Open(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
 
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_PORT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
 class EnvVar(_Open):
     name: str = Field(min_length=1, max_length=253)
     value: str | None = None
     valueFrom: dict[str, Any] | None = None
 
+    @field_validator("name")
+    @classmethod
+    def _printable_without_equals(cls, value: str) -> str:
+        # The apiserver's (relaxed, since 1.32) rule: printable ASCII, no '='.
+        if "=" in value or not all(" " <= c <= "~" for c in value):
+            raise ValueError(f"an env var name is printable ASCII without '=' (got {value!r})")
+        return value
+
 
 class ContainerPort(_Open):
     name: str | None = None
-    containerPort: int = Field(ge=1, le=65535)
+    containerPort: int = Field(strict=True, ge=1, le=65535)
     protocol: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _service_name(cls, value: str | None) -> str | None:
+        # IANA_SVC_NAME: at most 15 of [a-z0-9-], a letter among them, no '--'.
+        if value is not None and not (
+            len(value) <= 15
+            and _PORT_NAME.match(value)
+            and "--" not in value
+            and any(c.isalpha() for c in value)
+        ):
+            raise ValueError(
+                f"a port name is at most 15 lowercase letters, digits and '-', with a letter "
+                f"(got {value!r})"
+            )
+        return value
 
 
 class ResourceRequirements(_Open):
@@ -77,6 +106,24 @@ class Container(_Open):
             raise ValueError("container image must not be blank")
         return value
 
+    @field_validator("name")
+    @classmethod
+    def _dns_label(cls, value: str) -> str:
+        if not _DNS1123_LABEL.match(value):
+            raise ValueError(
+                f"a container name is a DNS label: lowercase letters, digits and '-' "
+                f"(got {value!r})"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _port_names_differ(self) -> Container:
+        names = [p.name for p in self.ports or () if p.name]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"ports: the name {twice[0]!r} is given twice in one container")
+        return self
+
     def effective_requests(self) -> dict[str, Decimal]:
         """Requests as the scheduler sees them: limits stand in for missing requests."""
         if self.resources is None:
@@ -91,7 +138,15 @@ class Toleration(_Open):
     operator: Literal["Exists", "Equal"] | None = None
     value: str | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute", ""] | None = None
-    tolerationSeconds: int | None = None
+    tolerationSeconds: int | None = Field(default=None, strict=True)
+
+    @model_validator(mode="after")
+    def _as_the_apiserver_checks(self) -> Toleration:
+        if self.operator == "Exists" and self.value:
+            raise ValueError(f"value must be empty with operator Exists (got {self.value!r})")
+        if not self.key and self.operator != "Exists":
+            raise ValueError("operator must be Exists when key is empty (it tolerates all)")
+        return self
 
 
 class PodSpec(_Open):
@@ -101,6 +156,14 @@ class PodSpec(_Open):
     nodeSelector: dict[str, str] | None = None
     tolerations: list[Toleration] | None = None
     affinity: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _container_names_differ(self) -> PodSpec:
+        names = [c.name for c in [*self.containers, *(self.initContainers or ())]]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"containers: the name {twice[0]!r} is given twice in one pod")
+        return self
 
     def total_requests(self) -> dict[str, Decimal]:
         """What the scheduler reserves for this pod (see `scheduled_requests`)."""

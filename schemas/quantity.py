@@ -98,4 +98,25 @@ def _validate(value: Any) -> Decimal:
 Quantity = Annotated[Decimal, BeforeValidator(_validate), PlainSerializer(format_quantity)]
 """A non-negative quantity: parsed on input, written back in Kubernetes notation."""
 
-ResourceList = dict[str, Quantity]
+_RESOURCE_NAME = re.compile(
+    r"^(?:[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+
+
+def _resource_name(value: Any) -> str:
+    """A resource name as the apiserver takes it: a qualified name (`cpu`, `nvidia.com/gpu`)."""
+    if not isinstance(value, str):
+        raise ValueError(f"a resource name is a string (got {value!r})")
+    name = value.rpartition("/")[2]
+    if len(value) > 316 or len(name) > 63 or not _RESOURCE_NAME.match(value):
+        raise ValueError(
+            f"not a resource name: {value[:80]!r} (a qualified name such as cpu, memory or "
+            "nvidia.com/gpu)"
+        )
+    return value
+
+
+ResourceName = Annotated[str, BeforeValidator(_resource_name)]
+
+ResourceList = dict[ResourceName, Quantity]

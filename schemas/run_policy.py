@@ -18,11 +18,11 @@ TRAINHUB_MANAGER = "trainhub.io/dispatcher"
 class SchedulingPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    minAvailable: int | None = Field(default=None, ge=0)
+    minAvailable: int | None = Field(strict=True, default=None, ge=0)
     queue: str | None = Field(default=None, max_length=253)
     minResources: ResourceList | None = None
     priorityClass: str | None = Field(default=None, max_length=253)
-    scheduleTimeoutSeconds: int | None = Field(default=None, ge=0)
+    scheduleTimeoutSeconds: int | None = Field(strict=True, default=None, ge=0)
 
 
 class RunPolicy(BaseModel):
@@ -30,11 +30,11 @@ class RunPolicy(BaseModel):
 
     cleanPodPolicy: Literal["All", "Running", "None"] | None = None
     # Upstream's Go types: int32, int64, int32.
-    ttlSecondsAfterFinished: int | None = Field(default=None, ge=0, le=_INT32_MAX)
-    activeDeadlineSeconds: int | None = Field(default=None, ge=0, le=_INT64_MAX)
-    backoffLimit: int | None = Field(default=None, ge=0, le=_INT32_MAX)
+    ttlSecondsAfterFinished: int | None = Field(strict=True, default=None, ge=0, le=_INT32_MAX)
+    activeDeadlineSeconds: int | None = Field(strict=True, default=None, ge=0, le=_INT64_MAX)
+    backoffLimit: int | None = Field(strict=True, default=None, ge=0, le=_INT32_MAX)
     schedulingPolicy: SchedulingPolicy | None = None
-    suspend: bool | None = None
+    suspend: bool | None = Field(default=None, strict=True)
     managedBy: str | None = Field(default=None, max_length=63)
 
     @property

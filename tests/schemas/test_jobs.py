@@ -204,6 +204,85 @@ def test_sim_annotations_are_checked_at_submission() -> None:
     assert parse_job(fine).metadata.name == "sim"
 
 
+def test_numbers_and_switches_are_not_coerced_from_other_types() -> None:
+    # As the apiserver decodes them: "2" is no int32, "yes" no bool (pydantic would coerce).
+    def worker(job: dict[str, Any]) -> dict[str, Any]:
+        replica: dict[str, Any] = job["spec"]["jaxReplicaSpecs"]["Worker"]
+        return replica
+
+    cases: list[tuple[str, Any]] = [
+        ("replicas", "2"),
+        ("replicas", True),
+        ("replicas", 2.0),
+        ("suspend", "yes"),
+        ("suspend", 1),
+        ("backoffLimit", "3"),
+        ("backoffLimit", True),
+    ]
+    for field, value in cases:
+        job = jax_job("typed", workers=1)
+        if field == "replicas":
+            worker(job)["replicas"] = value
+        else:
+            job["spec"]["runPolicy"][field] = value
+        with pytest.raises(JobInvalid, match=field):
+            parse_job(job)
+    job = jax_job("typed", workers=1)
+    container = worker(job)["template"]["spec"]["containers"][0]
+    container["ports"] = [{"name": "jaxjob-port", "containerPort": "6666"}]
+    with pytest.raises(JobInvalid, match="containerPort"):
+        parse_job(job)
+
+
+def test_pod_template_fields_the_apiserver_refuses_are_refused_at_submission() -> None:
+    def job_with(change: Any) -> dict[str, Any]:
+        job = jax_job("pods", workers=1)
+        change(job["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"])
+        return job
+
+    def container(spec: dict[str, Any]) -> dict[str, Any]:
+        first: dict[str, Any] = spec["containers"][0]
+        return first
+
+    cases: list[tuple[Any, str]] = [
+        (lambda s: s["containers"].append({"name": "Side_Car", "image": "x"}), "DNS label"),
+        (lambda s: s["containers"].append({"name": "jax", "image": "x"}), "'jax' is given twice"),
+        (lambda s: container(s).update(env=[{"name": "A=B", "value": "1"}]), "without '='"),
+        (
+            lambda s: container(s).update(
+                ports=[{"name": "a-very-long-port-name", "containerPort": 1}]
+            ),
+            "at most 15",
+        ),
+        (
+            lambda s: container(s).update(
+                ports=[{"name": "p", "containerPort": 1}, {"name": "p", "containerPort": 2}]
+            ),
+            "'p' is given twice",
+        ),
+        (
+            lambda s: s.update(tolerations=[{"key": "k", "operator": "Exists", "value": "v"}]),
+            "value must be empty",
+        ),
+        (lambda s: s.update(tolerations=[{"effect": "NoSchedule"}]), "operator must be Exists"),
+        (
+            lambda s: container(s).update(resources={"requests": {"BAD RESOURCE!": "1"}}),
+            "not a resource name",
+        ),
+    ]
+    for change, message in cases:
+        with pytest.raises(JobInvalid, match=re.escape(message)):
+            parse_job(job_with(change))
+    # What the apiserver takes still passes: 1.32's relaxed env names, a toleration of all.
+    fine = job_with(
+        lambda s: (
+            container(s).update(env=[{"name": "1.weird-but:ok", "value": "1"}]),
+            s.update(tolerations=[{"operator": "Exists"}]),
+        )
+    )
+    assert parse_job(fine).metadata.name == "pods"
+
+
 def test_quantities() -> None:
     assert parse_quantity("500m") == Decimal("0.5")
     assert parse_quantity("32Gi") == 32 * 2**30
