@@ -315,6 +315,15 @@ class Hub:
                 message=f"runPolicy.managedBy is {manager}; trainhub leaves this job alone",
             )
             return
+        problem = self.placer.problem(job)
+        if problem is not None:
+            # Malformed constraints (nodeAffinity, cluster-selector annotations, no replica at
+            # all): invalid whatever the clusters, so said at once, as a schema error is.
+            rejected = JobRecord.of(job, JobPhase.REJECTED)
+            rejected.submission = submission
+            await self._publish_status(rejected, reason="Invalid", message=problem)
+            log.warning("rejected invalid job: %s", problem, extra={"job": job.uid})
+            raise JobInvalid(f"{job.kind}: {problem}")
         held = bool(job.run_policy.suspend)
         record = JobRecord.of(job, JobPhase.SUSPENDED if held else JobPhase.QUEUED)
         record.submission = submission

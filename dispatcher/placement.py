@@ -189,6 +189,11 @@ class Placer:
         """How many jobs' profiles are kept."""
         return len(self._profiles)
 
+    def problem(self, job: AnyJob) -> str | None:
+        """Why the job can be placed nowhere whatever the clusters (malformed constraints),
+        if it cannot; read once and kept for its placement."""
+        return self._profile(job).problem
+
     def shape_key(self, job: AnyJob) -> tuple[object, ...]:
         """Equal keys are placed identically on the same clusters and reservations."""
         return self._profile(job).key

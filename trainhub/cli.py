@@ -31,7 +31,6 @@ from schemas.job_parsing import (
     load_documents,
     load_job_file,
     names_of,
-    parse_job,
     read_text,
 )
 from schemas.kubeflow import derive_job_uid
@@ -45,6 +44,7 @@ from trainhub.cli_plan import plan_jobs
 from trainhub.cli_settings import with_settings
 from trainhub.console_view import StatusPrinter, decision_table, error_text
 from trainhub.embedded import Embedded, EmbeddedOptions, make_worker_backend
+from trainhub.job_checks import check_job, validate_job
 from trainhub.logs import setup_logging
 from trainhub.processes import run_hub, run_worker
 from trainhub.producer import (
@@ -109,7 +109,7 @@ def render(
 ) -> None:
     """Print the Kubernetes objects a worker would create for the job (no cluster needed)."""
     try:
-        jobs = load_job_file(job_file)
+        jobs = [check_job(job) for job in load_job_file(job_file)]
         objects = [m for job in jobs for m in render_job(job).manifests()]
     except ContractError as exc:
         raise fail(str(exc)) from None
@@ -145,7 +145,7 @@ def plan(
     except ValueError as exc:
         raise fail(f"invalid settings: {exc}", code=2) from None
     try:
-        jobs = [job for path in job_files for job in load_job_file(path)]
+        jobs = [check_job(job) for path in job_files for job in load_job_file(path)]
         documents = load_documents(read_text(clusters), str(clusters))
         if len(documents) != 1:
             raise ContractError(f"{clusters}: expected one document with a `clusters` list")
@@ -621,7 +621,7 @@ def submit(
         documents = [d for f in job_files for d in _documents(f)]
         if validate:
             for document in documents:
-                parse_job(document)
+                validate_job(document)
     except ContractError as exc:
         raise fail(str(exc)) from None
     raise typer.Exit(asyncio.run(_submit(settings, documents, watch, want_live(live))))

@@ -28,11 +28,12 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from bus.base import Bus
 from schemas.cluster import ClusterSnapshot
 from schemas.events import EventType, LogsChunk, LogsRequested
-from schemas.job_parsing import load_documents, parse_job, read_text
+from schemas.job_parsing import load_documents, read_text
 from schemas.kubeflow import JOB_CLASSES, derive_job_uid
 from schemas.run_policy import TRAINHUB_MANAGER
 from schemas.status import ConditionType, JobCondition, JobPhase
 from trainhub.bus_factory import make_bus
+from trainhub.job_checks import validate_job
 from trainhub.producer import (
     LOG_ANSWER_TIMEOUT,
     LogsUnanswered,
@@ -212,7 +213,7 @@ class AsyncTrainHubClient:
             document = _document(
                 job, name=name, namespace=namespace, queue=queue, default=self.namespace
             )
-        parsed = parse_job(document)
+        parsed = validate_job(document)
         view = await self._fresh()
         existing = self._current(view, parsed.uid)
         if existing is not None and existing.phase != JobPhase.DELETED:

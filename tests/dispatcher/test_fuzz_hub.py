@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from bus.base import Record
 from bus.dead_letters import dead_letter_reason
 from bus.memory import MemoryBus
+from dispatcher.demand import profile_job
 from schemas.cluster import ClusterSnapshot
 from schemas.codec import decode_event, encode_event
 from schemas.errors import EventDecodeError, JobInvalid
@@ -516,6 +517,8 @@ def outcome_of(topic: str, headers: list[tuple[str, bytes]], body: bytes) -> tup
         # parse_job trips over an unhashable `kind` (a list or mapping): the hub still
         # dead-letters the event, without a Rejected status (reported to the hub's owner).
         return "dead-letter", None
+    if job.run_policy.managed_by_trainhub and profile_job(job).problem is not None:
+        return "invalid", job.uid  # malformed constraints: invalid whatever the clusters
     if job.run_policy.suspend:
         return "ignored", job.uid  # held by the hub until someone resumes it
     return "finished", job.uid

@@ -485,3 +485,37 @@ async def test_the_placer_keeps_only_what_it_read_from_jobs_still_waiting() -> N
         assert hub.placer.held == 1  # the waiting job's, read again on every pass
         big_record = hub.ledger.get(big)
         assert big_record is not None and big_record.phase == JobPhase.ASSIGNED
+
+
+async def test_malformed_constraints_are_rejected_at_once_not_as_a_misfit() -> None:
+    # Invalid whatever the clusters: said on admission, with no cluster registered at all,
+    # as "Invalid" (it read "the job fits no registered cluster" once clusters existed).
+    bus = MemoryBus()
+    await bus.start()
+    topics = Topics(prefix="malformed")
+    hub = Hub(bus, topics, HubConfig(schedule_interval=0.05))
+    await hub.start()
+    try:
+        affinity = jax_job("affinity", workers=1)
+        affinity["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]["affinity"] = {
+            "nodeAffinity": "garbage"
+        }
+        selector = jax_job("selector", workers=1)
+        selector["metadata"]["annotations"] = {"trainhub.io/cluster-selector": "region in (("}
+        empty = jax_job("empty", workers=1)
+        empty["spec"]["jaxReplicaSpecs"]["Worker"]["replicas"] = 0
+        uids = [await submit_document(bus, topics, d) for d in (affinity, selector, empty)]
+        await until(lambda: len(bus.records(topics.dead_letters)) == 3)
+        await bus.flush()
+        updates = [e.data_as(JobStatusUpdate) async for e in events_to_end(bus, topics.status)]
+        for uid, fragment in zip(
+            uids,
+            ("nodeAffinity: must be a mapping", "trainhub.io/cluster-selector", "0 replicas"),
+            strict=True,
+        ):
+            (update,) = [u for u in updates if u.uid == uid]
+            assert (update.phase, update.reason) == (JobPhase.REJECTED, "Invalid")
+            assert fragment in (update.message or ""), update.message
+            assert hub.ledger.get(uid) is None  # nothing kept: it can be fixed and sent again
+    finally:
+        await hub.stop()

@@ -175,3 +175,18 @@ def test_up_and_render_read_unusual_files(tmp_path: Path) -> None:
         assert result.returncode == 1
         assert "weights.bin: not UTF-8 text" in result.stderr, result.stderr
         assert "Traceback" not in result.stderr
+
+
+def test_render_and_plan_refuse_what_the_hub_would_reject_anyway(tmp_path: Path) -> None:
+    job = jax_job("garbage", workers=1)
+    job["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]["affinity"] = {
+        "nodeAffinity": "garbage"
+    }
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    clusters = tmp_path / "clusters.yaml"
+    clusters.write_text(yaml.safe_dump({"clusters": [{"name": "a"}]}))
+    for args in (("render", str(path)), ("plan", str(path), "--clusters", str(clusters))):
+        result = trainhub(*args)
+        assert result.returncode == 1, result.stdout
+        assert "nodeAffinity: must be a mapping" in result.stderr
