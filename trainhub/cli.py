@@ -394,7 +394,7 @@ async def _run_up(
         ok = all(
             u.phase == JobPhase.SUCCEEDED and u.reason != ALREADY_EXISTS for u in final.values()
         )
-        if any(u.phase == JobPhase.SUSPENDED for u in final.values()):
+        if held and any(u.phase == JobPhase.SUSPENDED for u in final.values()):
             console.print(
                 "a job held suspended (runPolicy.suspend) never runs here: nothing can resume "
                 "it on this in-memory bus (run on Kafka with --bootstrap and `trainhub resume`)"
@@ -666,11 +666,6 @@ async def _submit(
         ok = all(
             u.phase == JobPhase.SUCCEEDED and u.reason != ALREADY_EXISTS for u in final.values()
         )
-        if any(u.phase == JobPhase.SUSPENDED for u in final.values()):
-            console.print(
-                "a job held suspended (runPolicy.suspend) never runs here: nothing can resume "
-                "it on this in-memory bus (run on Kafka with --bootstrap and `trainhub resume`)"
-            )
         return 0 if ok else 1
     finally:
         await bus.close()

@@ -57,7 +57,8 @@ def plan_jobs(
     now: datetime | None = None,
 ) -> list[PlannedJob]:
     """Plan `jobs` in the order the hub would offer them (file order within one priority and
-    queue)."""
+    queue); those the hub would not place (another manager's, or held suspended) first, with
+    the reason."""
     registry = ClusterRegistry(max_heartbeat_age)
     for snapshot in clusters:
         registry.update(snapshot)
@@ -65,11 +66,20 @@ def plan_jobs(
     fairness = config.fairness()
     reservations = VersionedReservations()
     records = []
+    planned: list[PlannedJob] = []
     for index, job in enumerate(jobs):
+        if not job.run_policy.managed_by_trainhub:
+            manager = job.run_policy.managedBy or "kubeflow.org/training-operator (unset)"
+            left = f"runPolicy.managedBy is {manager}: the hub leaves this job alone"
+            planned.append(PlannedJob(job, 0, "", None, left))
+            continue
+        if job.run_policy.suspend:
+            waiting = "runPolicy.suspend is true: the hub holds it until it is resumed"
+            planned.append(PlannedJob(job, 0, "", None, waiting))
+            continue
         record = JobRecord.of(job, JobPhase.QUEUED)
         record.queued_at = float(index)
         records.append(record)
-    planned: list[PlannedJob] = []
     for record, held in admission_order(records, {}, fairness):
         assert record.job is not None
         priority, queue = fairness.priority_of(record), fairness.queue_of(record)

@@ -165,3 +165,17 @@ def test_up_places_with_the_same_settings(tmp_path: Path) -> None:
         )
         assert result.returncode == 0, result.stdout + result.stderr
         assert re.search(rf"default/j Assigned on {chosen}\b", result.stdout), result.stdout
+
+
+def test_jobs_the_hub_would_not_place_say_why(tmp_path: Path) -> None:
+    clusters = write(tmp_path / "clusters.yaml", {"clusters": [snapshot("a", "8", "16Gi")]})
+    other = jax_job("other", workers=1, managed=False)
+    held = jax_job("held", workers=1)
+    held["spec"]["runPolicy"]["suspend"] = True
+    jobs = write(tmp_path / "jobs.yaml", other, held, jax_job("placed", workers=1))
+    planned = {p["job"]: p for p in plan_json(str(jobs), "--clusters", str(clusters))}
+    assert planned["default/placed"]["chosen"] == "a"
+    assert planned["default/other"]["chosen"] is None
+    assert "the hub leaves this job alone" in planned["default/other"]["held"]
+    assert planned["default/held"]["chosen"] is None
+    assert "holds it until it is resumed" in planned["default/held"]["held"]
