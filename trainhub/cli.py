@@ -168,7 +168,9 @@ def plan(
     weights = ", ".join(f"{name}={weight:g}" for name, weight in placement.scoring.items())
     console.print(f"scoring: {weights}", highlight=False)
     for item in planned:
-        title = f"placement of {item.job.key} (priority {item.priority}, queue {item.queue})"
+        title = f"placement of {item.job.key}"
+        if item.queue:  # offered to placement (not another manager's, nor held suspended)
+            title += f" (priority {item.priority}, queue {item.queue})"
         if item.placement is None:
             console.print(f"{title}: held back, {item.held}", highlight=False)
             continue
