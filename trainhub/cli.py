@@ -45,7 +45,7 @@ from trainhub.cli_settings import with_settings
 from trainhub.console_view import StatusPrinter, decision_table, error_text
 from trainhub.embedded import Embedded, EmbeddedOptions, make_worker_backend
 from trainhub.job_checks import check_job, validate_job
-from trainhub.logs import setup_logging
+from trainhub.logs import quiet_echoes, setup_logging
 from trainhub.processes import run_hub, run_worker
 from trainhub.producer import (
     ClusterStillReporting,
@@ -349,6 +349,7 @@ async def _run_up(
         if settings.metrics_port is not None:
             start_http_server(settings.metrics_port, registry=system.registry)
             console.print(f"metrics on http://127.0.0.1:{settings.metrics_port}/metrics")
+        quiet_echoes(system.topics.jobs)
         names = ", ".join(w.cluster for w in system.workers)
         count = len(system.workers)
         bus_name = (

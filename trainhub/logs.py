@@ -23,3 +23,29 @@ def setup_logging(level: int = logging.WARNING) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+
+
+class ShownAsStatus(logging.Filter):
+    """For a console that prints every status (`trainhub up`): drops the hub's warning about
+    a submission it rejected, and that submission's dead letter on the jobs topic, which the
+    job's Rejected line already says (three lines for one bad job). `-v` keeps them."""
+
+    def __init__(self, jobs_topic: str) -> None:
+        super().__init__()
+        self.jobs_topic = jobs_topic
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "dispatcher.hub" and str(record.msg).startswith("rejected invalid job"):
+            return False
+        return not (
+            record.name == "bus.dead_letters" and getattr(record, "topic", None) == self.jobs_topic
+        )
+
+
+def quiet_echoes(jobs_topic: str) -> None:
+    """Install `ShownAsStatus` on the root handlers, unless logging is verbose."""
+    root = logging.getLogger()
+    if root.getEffectiveLevel() < logging.WARNING:
+        return
+    for handler in root.handlers:
+        handler.addFilter(ShownAsStatus(jobs_topic))

@@ -190,3 +190,18 @@ def test_render_and_plan_refuse_what_the_hub_would_reject_anyway(tmp_path: Path)
         result = trainhub(*args)
         assert result.returncode == 1, result.stdout
         assert "nodeAffinity: must be a mapping" in result.stderr
+
+
+def test_up_says_a_rejection_once(tmp_path: Path) -> None:
+    bad = jax_job("negative", workers=1)
+    container = bad["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    container["resources"] = {"requests": {"cpu": "-1"}}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(bad))
+    args = ("up", "--backend", "sim", "--no-live", "--exit-on-finish", str(path))
+    quiet = trainhub(*args)
+    assert quiet.returncode == 1
+    assert quiet.stdout.count("quantity must not be negative") == 1  # the Rejected line
+    assert "WARNING" not in quiet.stderr, quiet.stderr
+    verbose = trainhub("-v", *args)  # the hub's own warnings are still there when asked for
+    assert "rejected invalid job" in verbose.stderr and "dead-lettered" in verbose.stderr
