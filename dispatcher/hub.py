@@ -104,8 +104,10 @@ class Hub:
         """Measures clusters' silences in time the hub could hear them (set at start)."""
         self._lost: set[str] = set()
         self._retired: set[str] = set()
-        """Clusters an operator retired since their last heartbeat: jobs still placed there
-        are moved elsewhere by the next pass (also after a restart that replayed the event)."""
+        """Clusters an operator retired, until they report again."""
+        self._evacuate: set[str] = set()
+        """Retired clusters whose jobs the next pass moves elsewhere (also after a restart
+        that replayed the retirement, whatever compaction left of their heartbeats)."""
         self._outbox: list[tuple[JobRecord, str | None, int]] = []
         """Placements whose assignments wait for their Assigned statuses to be durable."""
         self._outbox_ready = asyncio.Event()
@@ -546,9 +548,10 @@ class Hub:
     async def _check_clusters(self) -> None:
         """Mark clusters whose heartbeats stopped as lost and move their jobs elsewhere, and
         the jobs of retired clusters too."""
-        if self._retired:
+        if self._evacuate:
+            leaving, self._evacuate = self._evacuate, set()
             for record in self.ledger.in_phase(*_PLACED):
-                if record.cluster in self._retired:
+                if record.cluster in leaving:
                     reason = f"cluster {record.cluster} retired by an operator"
                     await self._redispatch(record, reason, revoke=True)
         for snapshot in self.clusters.all():
@@ -578,15 +581,16 @@ class Hub:
     async def _on_heartbeat(self, event: CloudEvent, record: Record) -> None:
         if event.type == EventType.CLUSTER_RETIRED:
             retired = ClusterRetired.model_validate(event.data)
-            if self.clusters.retire(retired.name):
-                self._retired.add(retired.name)
-                self._lost.discard(retired.name)
+            if self.clusters.retire(retired.name) and not self._replaying:
                 log.warning(
                     "cluster retired by an operator: %s",
                     retired.reason or "no reason given",
                     extra={"cluster": retired.name},
                 )
-                self._wake.set()
+            self._retired.add(retired.name)
+            self._evacuate.add(retired.name)
+            self._lost.discard(retired.name)
+            self._wake.set()
             return
         if event.type != EventType.CLUSTER_HEARTBEAT:
             raise ValueError(f"unexpected event type {event.type!r} on the clusters topic")
@@ -597,7 +601,9 @@ class Hub:
             return
         if snapshot.name in self._retired:
             self._retired.discard(snapshot.name)
-            log.warning("retired cluster reports again", extra={"cluster": snapshot.name})
+            self._evacuate.discard(snapshot.name)
+            if not self._replaying:
+                log.warning("retired cluster reports again", extra={"cluster": snapshot.name})
         self.reservations.reconcile(snapshot)
         self._wake.set()
 

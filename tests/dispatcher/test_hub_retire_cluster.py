@@ -10,10 +10,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client import CollectorRegistry
 
+from bus.events import publish_event
 from bus.memory import MemoryBus
 from bus.topics import Topics
 from dispatcher.hub import Hub, HubConfig
 from schemas.cluster import ClusterSnapshot
+from schemas.events import ClusterRetired, EventType, make_event
 from schemas.status import JobPhase
 from tests.helpers import cluster, jax_job, node, publish_heartbeat, until
 from trainhub.producer import ClusterStillReporting, read_clusters, retire_cluster, submit_document
@@ -85,3 +87,42 @@ async def test_a_retired_cluster_is_forgotten_and_its_jobs_move() -> None:
         for running in hubs:
             await running.stop()
         await bus.close()
+
+
+async def test_a_restarted_hub_moves_the_jobs_of_a_cluster_compaction_left_only_retired() -> None:
+    # The hub died after the retirement was written, before it moved the job; compaction
+    # then replaced east's heartbeats by the retirement. The next hub never hears of east
+    # as a cluster, but its job (placed there, by the statuses) still moves.
+    first = MemoryBus()
+    await first.start()
+    topics = Topics(prefix="compacted")
+    config = HubConfig(schedule_interval=0.05, lost_after=600.0)
+    hub = Hub(first, topics, config, registry=CollectorRegistry())
+    await hub.start()
+    try:
+        await publish_heartbeat(first, topics, cluster("east", node("n1", cpu="8", memory="16Gi")))
+        uid = await submit_document(first, topics, jax_job("stranded", workers=1))
+        await until(lambda: (r := hub.ledger.get(uid)) is not None and r.cluster == "east")
+    finally:
+        await hub.stop()
+    second = MemoryBus()  # the topics as compaction leaves them
+    await second.start()
+    await second.create_topics(topics.shared_specs())
+    for topic in (topics.jobs, topics.status):
+        for record in first.records(topic):
+            await second.publish(topic, record.value or b"", key=record.key, headers=record.headers)
+    await publish_heartbeat(second, topics, cluster("west", node("n1", cpu="8", memory="16Gi")))
+    retired = ClusterRetired(name="east", reason="decommissioned")
+    event = make_event(EventType.CLUSTER_RETIRED, "trainhub/cli", "east", retired)
+    await publish_event(second, topics.clusters, "east", event)
+    hub = Hub(second, topics, config, registry=CollectorRegistry())
+    await hub.start()
+    try:
+        await until(lambda: (r := hub.ledger.get(uid)) is not None and r.cluster == "west")
+        record = hub.ledger.get(uid)
+        assert record is not None and record.attempt == 2
+        assert [c.name for c in hub.clusters.all()] == ["west"]
+    finally:
+        await hub.stop()
+        await first.close()
+        await second.close()
