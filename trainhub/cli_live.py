@@ -26,7 +26,7 @@ from bus.topics import Topics
 from schemas.cluster import ClusterSnapshot
 from schemas.codec import decode_event
 from schemas.errors import ContractError, EventDecodeError
-from schemas.events import EventType, JobStatusUpdate
+from schemas.events import ClusterRetired, EventType, JobStatusUpdate
 from schemas.job_parsing import parse_job
 from schemas.status import JobPhase
 from trainhub.cli_jobs import GPU, format_age, format_cpu, format_gib, resource_share
@@ -127,6 +127,10 @@ class LiveState:
 
     def heartbeat(self, snapshot: ClusterSnapshot) -> None:
         self.clusters[snapshot.name] = snapshot
+
+    def retire(self, cluster: str) -> None:
+        """An operator retired the cluster (`trainhub retire-cluster`): no longer shown."""
+        self.clusters.pop(cluster, None)
 
     @property
     def finished(self) -> int:
@@ -247,9 +251,13 @@ def render_live(
 
 
 async def follow_heartbeats(
-    bus: Bus, topics: Topics, on_snapshot: Callable[[ClusterSnapshot], None]
+    bus: Bus,
+    topics: Topics,
+    on_snapshot: Callable[[ClusterSnapshot], None],
+    on_retired: Callable[[str], None] | None = None,
 ) -> None:
-    """Every heartbeat on the clusters topic, from its start, until cancelled."""
+    """Every heartbeat on the clusters topic, from its start, until cancelled; and every
+    cluster's retirement, to `on_retired`."""
     subscription = bus.subscribe([topics.clusters], group=None, start_from="earliest")
     await subscription.start()
     try:
@@ -257,6 +265,9 @@ async def follow_heartbeats(
             for record in await subscription.poll(timeout=0.5):
                 try:
                     event = decode_event(record.headers, record.value)
+                    if event.type == EventType.CLUSTER_RETIRED and on_retired is not None:
+                        on_retired(event.data_as(ClusterRetired).name)
+                        continue
                     if event.type != EventType.CLUSTER_HEARTBEAT:
                         continue
                     snapshot = event.data_as(ClusterSnapshot)
@@ -293,6 +304,10 @@ class LiveView:
         self.state.heartbeat(snapshot)
         self.redraw()
 
+    def _retired(self, cluster: str) -> None:
+        self.state.retire(cluster)
+        self.redraw()
+
     async def _tick(self) -> None:
         while True:
             await asyncio.sleep(_REDRAW_SECONDS)
@@ -300,7 +315,7 @@ class LiveView:
 
     async def _heartbeats(self) -> None:
         try:
-            await follow_heartbeats(self._bus, self._topics, self._heartbeat)
+            await follow_heartbeats(self._bus, self._topics, self._heartbeat, self._retired)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the jobs are still worth showing without the clusters

@@ -146,7 +146,7 @@ async def record(path: Path, *, width: int = 116) -> LiveState:
 
     async with Embedded(options) as system:
         heartbeats = asyncio.create_task(
-            follow_heartbeats(system.bus, system.topics, state.heartbeat)
+            follow_heartbeats(system.bus, system.topics, state.heartbeat, state.retire)
         )
         try:
             uids = []

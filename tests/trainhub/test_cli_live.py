@@ -18,12 +18,14 @@ import pytest
 import yaml
 from rich.console import Console
 
+from bus.events import publish_event
 from bus.kafka_settings import KafkaSettings
+from bus.memory import MemoryBus
 from bus.topics import Topics
-from schemas.events import JobStatusUpdate
+from schemas.events import ClusterRetired, EventType, JobStatusUpdate, make_event
 from schemas.status import JobPhase
-from tests.helpers import cluster, jax_job, node
-from trainhub.cli_live import LiveState, render_live
+from tests.helpers import cluster, jax_job, node, publish_heartbeat
+from trainhub.cli_live import LiveState, follow_heartbeats, render_live
 from trainhub.embedded import Embedded, EmbeddedOptions
 from trainhub.producer import read_clusters
 from workers.cluster_spec import parse_cluster_spec
@@ -275,3 +277,28 @@ def test_submit_watch_on_a_terminal_exits_0_only_on_success(
     finally:
         assert hub.terminate() in (0, -15), hub.log()[-2000:]
         assert worker.terminate() in (0, -15), worker.log()[-2000:]
+
+
+async def test_the_live_view_drops_a_retired_cluster() -> None:
+    bus = MemoryBus()
+    await bus.start()
+    topics = Topics(prefix="live-retire")
+    await bus.create_topics(topics.shared_specs())
+    state = LiveState()
+    for name in ("east", "gone"):
+        await publish_heartbeat(bus, topics, cluster(name, node("n1", cpu="4", memory="8Gi")))
+    retired = ClusterRetired(name="gone")
+    await publish_event(
+        bus, topics.clusters, "gone", make_event(EventType.CLUSTER_RETIRED, "cli", "gone", retired)
+    )
+    follower = asyncio.create_task(follow_heartbeats(bus, topics, state.heartbeat, state.retire))
+    try:
+        deadline = time.monotonic() + 10
+        while "east" not in state.clusters or "gone" in state.clusters:
+            assert time.monotonic() < deadline, state.clusters
+            await asyncio.sleep(0.05)
+        assert sorted(state.clusters) == ["east"]
+    finally:
+        follower.cancel()
+        await asyncio.gather(follower, return_exceptions=True)
+        await bus.close()
