@@ -81,6 +81,9 @@ def activate(package_path: list[str]) -> bool:
         return False
     if not (where / _DONE).exists():
         return False
+    built = {p.name.partition(".")[0] for p in (where / "dispatcher").glob("*.so")}
+    if not built >= set(COMPILED) or not any((where / "lib").glob("*.so")):
+        return False  # a build someone pruned by hand: plain Python rather than half of it
     package_path.insert(0, str(where / "dispatcher"))
     library = str(where / "lib")
     if library not in sys.path:

@@ -149,12 +149,20 @@ def test_a_build_is_used_only_for_the_sources_it_was_made_from(
         shutil.copytree(ROOT / package, copy / package, ignore=shutil.ignore_patterns("__py*"))
     monkeypatch.setattr(native, "_SOURCE_PACKAGES", (copy / "dispatcher", copy / "schemas"))
     monkeypatch.setenv("TRAINHUB_NATIVE_DIR", str(tmp_path / "builds"))
+    monkeypatch.setattr(sys, "path", [*sys.path])  # activate appends the build's library
     key = native.build_key()
     assert native.build_key() == key  # stable
     # A build for these sources: activate puts it first on the package path.
     made = tmp_path / "builds" / key
     (made / "dispatcher").mkdir(parents=True)
+    (made / "lib").mkdir()
     (made / "complete").write_text("")
+    (made / "lib" / "group__mypyc.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
+    for name in native.COMPILED[:-1]:
+        (made / "dispatcher" / f"{name}.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
+    assert not native.activate([])  # one module missing: all plain Python, not half
+    last = native.COMPILED[-1]
+    (made / "dispatcher" / f"{last}.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
     path: list[str] = []
     assert native.activate(path)
     assert path == [str(made / "dispatcher")]
