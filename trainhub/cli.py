@@ -442,9 +442,10 @@ def retire_cluster_command(
         bool, typer.Option(help="Even if its heartbeat is fresh (its worker still runs).")
     ] = False,
 ) -> None:
-    """Remove a member cluster whose worker is gone for good: the hub forgets it (no more
-    lost-cluster alerts for it) and moves its unfinished jobs elsewhere. Should its worker
-    ever report again, the cluster is back."""
+    """Forget a member cluster whose worker is gone for good.
+
+    The hub drops it (no more lost-cluster alerts for it) and moves its unfinished jobs
+    elsewhere. Should its worker ever report again, the cluster is back."""
     _require_bootstrap(settings)
 
     async def retire() -> ClusterSnapshot:
@@ -491,9 +492,11 @@ def member_rbac_command(
         str | None, typer.Option(help="The worker's ServiceAccount instead: NAMESPACE/NAME.")
     ] = None,
 ) -> None:
-    """Print the RBAC objects a worker's identity needs in its member cluster, as YAML for
-    `kubectl apply -f -`: the same rules the sandbox gives its least-privilege worker. Give
-    the namespaces the worker's `--namespace` accepts; without any it gets them everywhere."""
+    """Print the RBAC a worker's identity needs in its member cluster.
+
+    YAML for `kubectl apply -f -`: the rules the sandbox gives its least-privilege worker.
+    Give the namespaces the worker's `--namespace` accepts; without any it gets them
+    everywhere."""
     namespaces = list(dict.fromkeys(namespace or []))
     bad = [n for n in namespaces if len(n) > 63 or not _DNS_LABEL.match(n)]
     if bad:
