@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import functools
+import math
 import os
 import threading
 import uuid
@@ -239,6 +240,8 @@ class AsyncTrainHubClient:
 
     def _resolve(self, view: StatusView, name: str, namespace: str | None) -> str:
         """The uid of a job given by name (in `namespace`), `NAMESPACE/NAME` or uid."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"name: a job's name, NAMESPACE/NAME or uid (got {name!r})")
         if name in view.jobs or name in self._pending:
             return name
         space, _, bare = name.rpartition("/")
@@ -342,6 +345,12 @@ class AsyncTrainHubClient:
                 f"replica_type {replica_type!r} is none of the Kubeflow replica types "
                 f"({', '.join(sorted(_REPLICA_TYPES))})"
             )
+        if replica_index is not None and (
+            not isinstance(replica_index, int)
+            or isinstance(replica_index, bool)
+            or replica_index < 0
+        ):
+            raise ValueError(f"replica_index: a replica's index, 0 or more (got {replica_index!r})")
         pods = job_pods(await self.get_job(name, namespace))
         return [
             pod
@@ -387,7 +396,9 @@ class AsyncTrainHubClient:
         every change; `polling_interval` bounds the wait between two looks at it."""
         if isinstance(expected_conditions, str):
             expected_conditions = {expected_conditions}  # one condition, not its letters
-        expected = set(expected_conditions)
+        if not isinstance(timeout, int | float) or math.isnan(timeout):
+            raise ValueError(f"timeout: seconds to wait (got {timeout!r})")
+        expected = set(expected_conditions or ())
         unknown = expected - _CONDITIONS
         if unknown or not expected:
             raise ValueError(
@@ -599,8 +610,10 @@ def _document(
         if len(documents) != 1 or not isinstance(documents[0], dict):
             raise ValueError(f"{path}: expected exactly one job document")
         document: dict[str, Any] = documents[0]
-    else:
+    elif isinstance(job, Mapping):
         document = copy.deepcopy(dict(job))
+    else:
+        raise ValueError(f"job: a job document (mapping) or a file path (got {type(job).__name__})")
     metadata = document.setdefault("metadata", {})
     if not isinstance(metadata, dict):
         raise ValueError("metadata: expected a mapping")
@@ -620,7 +633,10 @@ def _document(
     # purpose is respected (the hub then records the job and leaves it alone).
     run_policy.setdefault("managedBy", TRAINHUB_MANAGER)
     if queue is not None:
-        run_policy.setdefault("schedulingPolicy", {})["queue"] = queue
+        scheduling = run_policy.setdefault("schedulingPolicy", {})
+        if not isinstance(scheduling, dict):
+            raise ValueError("spec.runPolicy.schedulingPolicy: expected a mapping")
+        scheduling["queue"] = queue
     return document
 
 

@@ -46,8 +46,23 @@ def job_from_function(
     backoff_limit: int | None = DEFAULT_BACKOFF_LIMIT,
 ) -> dict[str, Any]:
     """The PyTorchJob document: a Master and `num_workers - 1` Workers, managed by trainhub."""
-    if num_workers < 1:
-        raise ValueError(f"num_workers must be at least 1 (got {num_workers})")
+    if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
+        raise ValueError(f"num_workers must be a whole number, at least 1 (got {num_workers!r})")
+    if num_procs_per_worker is not None and not _procs_per_node(num_procs_per_worker):
+        raise ValueError(
+            "num_procs_per_worker: a number of processes (1 or more), or auto, cpu or gpu "
+            f"(got {num_procs_per_worker!r})"
+        )
+    if resources_per_worker is not None and (
+        not isinstance(resources_per_worker, Mapping)
+        or not all(isinstance(k, str) for k in resources_per_worker)
+    ):
+        raise ValueError(
+            "resources_per_worker: a mapping of resource name to amount, e.g. "
+            f"{{'cpu': 2, 'memory': '4Gi', 'gpu': 1}} (got {resources_per_worker!r})"
+        )
+    if isinstance(packages_to_install, str):
+        packages_to_install = [packages_to_install]  # one package, not its letters
     distributed = num_workers > 1 or num_procs_per_worker is not None
     command, args = function_command(
         train_func,
@@ -93,6 +108,17 @@ def job_from_function(
     }
 
 
+def _procs_per_node(value: object) -> bool:
+    """torchrun's --nproc-per-node: a positive count, or auto, cpu or gpu."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return value >= 1
+    return isinstance(value, str) and (
+        value in ("auto", "cpu", "gpu") or (value.isdigit() and int(value) >= 1)
+    )
+
+
 def _replica(replicas: int, container: dict[str, Any], restart_policy: str) -> dict[str, Any]:
     return {
         "replicas": replicas,
@@ -113,7 +139,7 @@ def environment(env_vars: Mapping[str, Any] | Sequence[Any]) -> list[dict[str, s
         else:
             name, value = getattr(item, "name", None), getattr(item, "value", None)
         if not isinstance(name, str) or not name:
-            raise ValueError(f"env_vars: each item needs a name and a value (got {item!r})")
+            raise ValueError(f"env_vars: each item needs a name (got {item!r})")
         variables.append({"name": name, "value": "" if value is None else str(value)})
     return variables
 

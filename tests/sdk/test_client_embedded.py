@@ -295,6 +295,29 @@ async def test_log_filters_pick_pods_as_get_job_pods_does(sim: AsyncTrainHubClie
     with pytest.raises(ValueError, match="replica_type 'bogus' is none of the Kubeflow"):
         await client.get_job_pod_names("picky", replica_type="bogus")
     assert await client.get_job_pod_names("picky", replica_type="Chief") == []  # some kind's
+    with pytest.raises(ValueError, match="replica_index: a replica's index"):
+        await client.get_job_logs("picky", replica_index=-1)
+
+
+async def test_wrong_argument_types_are_value_errors(sim: AsyncTrainHubClient) -> None:
+    # Not AttributeErrors or TypeErrors from inside the client.
+    client = sim
+    for name in (None, 5, ""):
+        with pytest.raises(ValueError, match="name: a job's name"):
+            await client.get_job(name)  # type: ignore[arg-type]
+    for job in ([1, 2], 5):
+        with pytest.raises(ValueError, match="job: a job document"):
+            await client.create_job(job)  # type: ignore[arg-type]
+    odd = jax_job("odd", workers=1)
+    odd["spec"]["runPolicy"]["schedulingPolicy"] = "x"
+    with pytest.raises(ValueError, match="schedulingPolicy: expected a mapping"):
+        await client.create_job(odd, queue="q")
+    await client.create_job(jax_job("waited", workers=1, duration="0.1s"))
+    with pytest.raises(ValueError, match="expected_conditions must be some of"):
+        await client.wait_for_job_conditions("waited", expected_conditions=None)  # type: ignore[arg-type]
+    for timeout in (None, float("nan")):
+        with pytest.raises(ValueError, match="timeout: seconds to wait"):
+            await client.wait_for_job_conditions("waited", timeout=timeout)  # type: ignore[arg-type]
 
 
 def test_sdk_errors_are_what_upstreams_callers_catch() -> None:

@@ -136,6 +136,23 @@ def test_bad_functions_and_parameters_are_refused() -> None:
         function_script(train, {"greeting": object()})
     with pytest.raises(ValueError, match="num_workers"):
         job_from_function(train, name="x", num_workers=0)
+    wrong: list[tuple[dict[str, Any], str]] = [
+        ({"num_workers": "2"}, "num_workers must be a whole number"),
+        ({"num_procs_per_worker": 0}, "num_procs_per_worker"),
+        ({"num_procs_per_worker": "bogus"}, "num_procs_per_worker"),
+        ({"resources_per_worker": ["cpu"]}, "resources_per_worker: a mapping"),
+        ({"resources_per_worker": {1: 2}}, "resources_per_worker: a mapping"),
+        ({"env_vars": [{"value": "1"}]}, "env_vars: each item needs a name"),
+    ]
+    for arguments, message in wrong:
+        with pytest.raises(ValueError, match=message):
+            job_from_function(train, name="x", **arguments)
+    for procs in (2, "4", "auto", "gpu"):
+        job = job_from_function(train, name="x", num_procs_per_worker=procs)
+        assert job["spec"]["nprocPerNode"] == str(procs)
+    # One package given as a string is that package, not its letters.
+    command = json.dumps(job_from_function(train, name="x", packages_to_install="torch"))
+    assert "--no-warn-script-location torch\\n" in command and "t o r c h" not in command
 
 
 def train_with_one_dict(args: dict[str, object]) -> None:  # upstream's style
