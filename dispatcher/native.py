@@ -156,3 +156,8 @@ def _prune(keep: Path) -> None:
     )
     for old in builds[_KEPT_BUILDS - 1 :]:
         shutil.rmtree(old, ignore_errors=True)
+    # A build killed midway leaves its scratch folder; one an hour old is no build running.
+    cutoff = time.time() - 3600
+    for scratch in root().glob("building-*"):
+        if scratch.is_dir() and scratch.stat().st_mtime < cutoff:
+            shutil.rmtree(scratch, ignore_errors=True)

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -177,3 +178,24 @@ def test_a_build_is_used_only_for_the_sources_it_was_made_from(
     assert native.build_key() == key
     monkeypatch.setenv("TRAINHUB_NATIVE", "0")
     assert not native.activate([])
+
+
+def test_old_builds_and_abandoned_scratch_folders_are_pruned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRAINHUB_NATIVE_DIR", str(tmp_path))
+    now = time.time()
+    builds = []
+    for age, name in enumerate(("newest", "older", "older-still", "oldest")):
+        build = tmp_path / name
+        build.mkdir()
+        (build / "complete").write_text("")
+        os.utime(build, (now - age * 100, now - age * 100))
+        builds.append(build)
+    killed, running = tmp_path / "building-killed", tmp_path / "building-running"
+    killed.mkdir()
+    running.mkdir()
+    os.utime(killed, (now - 7200, now - 7200))  # from a build killed two hours ago
+    native._prune(keep=builds[0])
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == ["building-running", "newest", "older", "older-still"]
