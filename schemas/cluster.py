@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from schemas.names import DNS1123_LABEL_PATTERN
 from schemas.quantity import ResourceList
 
 
@@ -68,7 +69,7 @@ _ALLOWANCES = {
 class ClusterSnapshot(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    name: str = Field(min_length=1, max_length=63, pattern=DNS1123_LABEL_PATTERN)
     healthy: bool = True
     observedAt: datetime | None = Field(
         default=None, description="When the capacity was read; absent in files means fresh."

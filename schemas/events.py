@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from schemas.names import DNS1123_LABEL_PATTERN
 from schemas.status import JobPhase, JobStatus
 
 SPEC_VERSION = "1.0"
@@ -139,7 +140,7 @@ class ClusterRetired(_Payload):
     the cluster's name on the clusters topic, so compaction keeps it in place of the
     heartbeats; the worker's next heartbeat, if one ever comes, registers the cluster again."""
 
-    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    name: str = Field(min_length=1, max_length=63, pattern=DNS1123_LABEL_PATTERN)
     reason: str | None = Field(default=None, max_length=1024)
 
 

@@ -13,6 +13,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from schemas.names import DNS1123_LABEL
 from schemas.pod import PodTemplateSpec
 from schemas.run_policy import RunPolicy
 from schemas.sim_annotations import sim_annotation_problem
@@ -21,7 +22,6 @@ from schemas.status import JobStatus
 API_VERSION = "kubeflow.org/v1"
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _SERVICE_NAME_MAX = 63
-_DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # uuid5 namespace for jobs whose producer set no uid: the same namespace/name is the same job.
 _JOB_UID_NAMESPACE = uuid.UUID("6f1d4c62-3f0e-4b8e-9a53-9d7a1f2f7a10")
 
@@ -53,7 +53,7 @@ class ObjectMeta(BaseModel):
     @field_validator("namespace")
     @classmethod
     def _dns1123(cls, value: str) -> str:
-        if not _DNS1123.match(value):
+        if not DNS1123_LABEL.match(value):
             raise ValueError(f"namespace {value!r} is not a DNS-1123 label")
         return value
 

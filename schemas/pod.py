@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from schemas.names import DNS1123_LABEL
 from schemas.quantity import ResourceList
 
 
@@ -16,10 +16,6 @@ class _Open(BaseModel):
     """Kubernetes objects have many fields we do not interpret: keep them as they came."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
-
-
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_PORT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 class EnvVar(_Open):
@@ -47,7 +43,7 @@ class ContainerPort(_Open):
         # IANA_SVC_NAME: at most 15 of [a-z0-9-], a letter among them, no '--'.
         if value is not None and not (
             len(value) <= 15
-            and _PORT_NAME.match(value)
+            and DNS1123_LABEL.match(value)
             and "--" not in value
             and any(c.isalpha() for c in value)
         ):
@@ -109,7 +105,7 @@ class Container(_Open):
     @field_validator("name")
     @classmethod
     def _dns_label(cls, value: str) -> str:
-        if not _DNS1123_LABEL.match(value):
+        if not DNS1123_LABEL.match(value):
             raise ValueError(
                 f"a container name is a DNS label: lowercase letters, digits and '-' "
                 f"(got {value!r})"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import signal
 import sys
 import time
@@ -34,6 +33,7 @@ from schemas.job_parsing import (
     read_text,
 )
 from schemas.kubeflow import derive_job_uid
+from schemas.names import DNS1123_LABEL
 from schemas.status import ALREADY_EXISTS, JobPhase
 from trainhub import member_rbac
 from trainhub.bus_factory import make_bus
@@ -423,9 +423,6 @@ def hub(settings: TrainhubSettings) -> None:
     asyncio.run(run_hub(settings))
 
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-
-
 @app.command(
     "retire-cluster",
     epilog=examples(
@@ -498,14 +495,14 @@ def member_rbac_command(
     Give the namespaces the worker's `--namespace` accepts; without any it gets them
     everywhere."""
     namespaces = list(dict.fromkeys(namespace or []))
-    bad = [n for n in namespaces if len(n) > 63 or not _DNS_LABEL.match(n)]
+    bad = [n for n in namespaces if len(n) > 63 or not DNS1123_LABEL.match(n)]
     if bad:
         raise fail(f"--namespace {bad[0]!r}: a namespace is a DNS label ([a-z0-9-], at most 63)")
     if user is not None and service_account is not None:
         raise fail("give --user or --service-account, not both")
     if service_account is not None:
         owner, _, name = service_account.partition("/")
-        if not (_DNS_LABEL.match(owner) and name and len(name) <= 253):
+        if not (DNS1123_LABEL.match(owner) and name and len(name) <= 253):
             raise fail(f"--service-account {service_account!r}: expected NAMESPACE/NAME")
         subject = member_rbac.service_account(owner, name)
     else:

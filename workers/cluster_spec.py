@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from schemas.names import DNS1123_LABEL
 from schemas.quantity import parse_quantity
 from workers.backends.node_pool import NodePool, PoolNode
 
 _ALIASES = {"gpu": "nvidia.com/gpu"}
-_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 @dataclass
@@ -33,7 +32,7 @@ class ClusterSpec:
 def check_cluster_name(name: str) -> None:
     """ValueError unless `name` can name a cluster: it becomes part of topic names, node
     names and every status, and the hub's snapshots accept DNS-1123 labels only."""
-    if not _NAME.match(name) or len(name) > 63:
+    if not DNS1123_LABEL.match(name) or len(name) > 63:
         raise ValueError(
             f"cluster name {name!r} is not a DNS-1123 label (at most 63 lower-case letters, "
             "digits and '-', starting and ending with a letter or digit)"
