@@ -24,20 +24,27 @@ from trainhub.producer import submit_document
 
 
 @asynccontextmanager
-async def _hub_beside_roomy_east(prefix: str) -> AsyncIterator[tuple[MemoryBus, Topics, Hub]]:
-    """A started bus and hub (a pass every 50 ms) that has heard from one roomy cluster,
-    east; the hub is stopped on leaving, the bus left open to read."""
+async def _started_hub(prefix: str) -> AsyncIterator[tuple[MemoryBus, Topics, Hub]]:
+    """A started bus and hub (a pass every 50 ms); the hub is stopped on leaving, the bus
+    left open to read."""
     bus = MemoryBus()
     await bus.start()
     topics = Topics(prefix=prefix)
     hub = Hub(bus, topics, HubConfig(schedule_interval=0.05))
     await hub.start()
     try:
-        roomy = cluster("east", node("n1", cpu="64", memory="256Gi", pods="110"))
-        await publish_heartbeat(bus, topics, roomy)
         yield bus, topics, hub
     finally:
         await hub.stop()
+
+
+@asynccontextmanager
+async def _hub_beside_roomy_east(prefix: str) -> AsyncIterator[tuple[MemoryBus, Topics, Hub]]:
+    """`_started_hub` that has heard from one roomy cluster, east."""
+    async with _started_hub(prefix) as (bus, topics, hub):
+        roomy = cluster("east", node("n1", cpu="64", memory="256Gi", pods="110"))
+        await publish_heartbeat(bus, topics, roomy)
+        yield bus, topics, hub
 
 
 async def test_each_job_gets_one_assignment_after_its_assigned_status() -> None:
@@ -490,12 +497,7 @@ async def test_the_placer_keeps_only_what_it_read_from_jobs_still_waiting() -> N
 async def test_malformed_constraints_are_rejected_at_once_not_as_a_misfit() -> None:
     # Invalid whatever the clusters: said on admission, with no cluster registered at all,
     # as "Invalid" (it read "the job fits no registered cluster" once clusters existed).
-    bus = MemoryBus()
-    await bus.start()
-    topics = Topics(prefix="malformed")
-    hub = Hub(bus, topics, HubConfig(schedule_interval=0.05))
-    await hub.start()
-    try:
+    async with _started_hub("malformed") as (bus, topics, hub):
         affinity = jax_job("affinity", workers=1)
         affinity["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]["affinity"] = {
             "nodeAffinity": "garbage"
@@ -517,5 +519,3 @@ async def test_malformed_constraints_are_rejected_at_once_not_as_a_misfit() -> N
             assert (update.phase, update.reason) == (JobPhase.REJECTED, "Invalid")
             assert fragment in (update.message or ""), update.message
             assert hub.ledger.get(uid) is None  # nothing kept: it can be fixed and sent again
-    finally:
-        await hub.stop()
