@@ -133,7 +133,7 @@ def role_acls(role: Role, topics: Topics, clusters: Sequence[str] = ()) -> list[
         ]
     if role == "producer":
         return [
-            _topic(topics.jobs, Operation.WRITE, "submits jobs; delete, suspend, resume"),
+            _topic(topics.jobs, Operation.WRITE, "submits, updates, deletes, suspends, resumes"),
             _topic(topics.status, Operation.READ, "`submit --watch`, `status`, SDK waits"),
             _topic(topics.clusters, Operation.READ, "lists the member clusters (SDK)"),
         ]

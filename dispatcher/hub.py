@@ -21,6 +21,7 @@ from dispatcher.expiry import COMPLETED, Expiries
 from dispatcher.fairness import IN_FLIGHT_PHASES, QueueTurns
 from dispatcher.gang_fit import NodeRoom, gang_fit
 from dispatcher.heartbeat_feed import HeartbeatFeedClock
+from dispatcher.job_updates import UPDATED, update_problem
 from dispatcher.ledger import JobRecord, Ledger
 from dispatcher.metrics import HubMetrics
 from dispatcher.placement import Placement, Placer, VersionedReservations
@@ -40,6 +41,7 @@ from schemas.events import (
     JobRevoked,
     JobStatusUpdate,
     JobSubmitted,
+    JobUpdated,
     PlacementDecision,
 )
 from schemas.job_parsing import job_uid_of, names_of, parse_job
@@ -231,6 +233,8 @@ class Hub:
     async def _on_job_event(self, event: CloudEvent, record: Record) -> None:
         if event.type == EventType.JOB_SUBMITTED:
             await self._on_submitted(event)
+        elif event.type == EventType.JOB_UPDATED:
+            await self._on_updated(event)
         elif event.type == EventType.JOB_DELETED:
             await self._on_deleted(event.data_as(JobRef))
         elif event.type == EventType.JOB_SUSPENDED:
@@ -343,6 +347,48 @@ class Hub:
             else "waiting for placement",
             with_job=True,
         )
+        self._wake.set()
+
+    async def _on_updated(self, event: CloudEvent) -> None:
+        """A job's new spec (dispatcher/job_updates.py): one whose pods exist may only be
+        suspended or resumed; otherwise the spec is replaced, and a job suspended in its
+        cluster is taken back, to be placed again with it when resumed. A refused update is
+        dead-lettered with the reason and the job left as it was."""
+        job = parse_job(event.data_as(JobUpdated).job)
+        record = self.ledger.get(job.uid)
+        problem = (
+            update_problem(record.job, record.phase, job)
+            if record is not None
+            else update_problem(None, None, job)
+        ) or self.placer.problem(job)
+        if problem is not None:
+            log.warning("update refused: %s", problem, extra={"job": job.uid, "event": event.id})
+            raise ValueError(f"update refused: {problem}")
+        assert record is not None
+        hold = job.run_policy.suspend
+        if record.phase != JobPhase.SUSPENDED and record.cluster is not None:
+            if hold:  # the one change allowed while its pods exist
+                await self._on_suspended(JobRef(uid=job.uid))
+            return
+        if record.cluster is not None:  # suspended in its cluster: its pods are gone
+            await self._revoke(record, "job updated while suspended; placed again on resume")
+            self.reservations.release(record.uid)
+            record.cluster, record.sequence = None, 0
+        record.job = job
+        record.queue = JobRecord.of(job, record.phase).queue
+        message = "spec updated"
+        if hold is False and record.phase == JobPhase.SUSPENDED:
+            record.phase = JobPhase.QUEUED
+            record.queued_at = time.monotonic()
+            _note(record, ConditionType.SUSPENDED, "Resumed", "False")
+            message = "spec updated and resumed: waiting for placement"
+        elif hold and record.phase == JobPhase.QUEUED:
+            record.phase = JobPhase.SUSPENDED
+            _note(record, ConditionType.SUSPENDED, "Suspended")
+            message = "spec updated; runPolicy.suspend is true: held until resumed"
+        elif record.phase == JobPhase.SUSPENDED:
+            message = "spec updated; held until resumed"
+        await self._publish_status(record, reason=UPDATED, message=message, with_job=True)
         self._wake.set()
 
     async def _on_deleted(self, ref: JobRef) -> None:
@@ -761,6 +807,7 @@ class Hub:
             attempt=record.attempt,
             job=record.document(),
             placement=decision,
+            conditions=record.status.conditions if record.status is not None else [],
         )
         await self._publish_assignment(record.cluster, EventType.JOB_ASSIGNED, assigned)
 

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.names import DNS1123_LABEL_PATTERN
-from schemas.status import JobPhase, JobStatus
+from schemas.status import JobCondition, JobPhase, JobStatus
 
 SPEC_VERSION = "1.0"
 
@@ -43,6 +43,7 @@ class EventType:
     """CloudEvent `type` values; all live under `io.trainhub.`."""
 
     JOB_SUBMITTED = "io.trainhub.job.submitted"
+    JOB_UPDATED = "io.trainhub.job.updated"
     JOB_DELETED = "io.trainhub.job.deleted"
     JOB_SUSPENDED = "io.trainhub.job.suspended"
     JOB_RESUMED = "io.trainhub.job.resumed"
@@ -92,6 +93,12 @@ class JobSubmitted(_Payload):
     job: dict[str, Any]
 
 
+class JobUpdated(_Payload):
+    """A job's new document, replacing the whole spec (dispatcher/job_updates.py says when)."""
+
+    job: dict[str, Any]
+
+
 class JobRef(_Payload):
     """Names a job for delete, suspend and resume requests."""
 
@@ -118,6 +125,9 @@ class JobAssigned(_Payload):
     attempt: int = Field(ge=1)
     job: dict[str, Any]
     placement: PlacementDecision | None = None
+    conditions: list[JobCondition] = Field(default_factory=list)
+    """The job's conditions so far (the hub's: `Created`, and `Suspended` False once a held
+    job was resumed), which the run's own add to, as they accumulate on upstream's object."""
 
 
 class JobRevoked(_Payload):

@@ -8,6 +8,7 @@ from trainhub.sdk_errors import (
     JobFailedError,
     JobNotFoundError,
     JobTimeoutError,
+    JobUpdateError,
     LogsUnavailableError,
     TrainHubError,
 )
@@ -23,6 +24,7 @@ __all__ = [
     "JobPod",
     "JobPodsUnknownError",
     "JobTimeoutError",
+    "JobUpdateError",
     "LogsUnavailableError",
     "StatusEvent",
     "TrainHubClient",

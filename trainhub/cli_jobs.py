@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from decimal import Decimal
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -81,8 +82,15 @@ class DetailOutput(StrEnum):
 
 
 def register(app: typer.Typer) -> None:
-    """Add `get`, `describe` and `logs` to the `trainhub` command."""
+    """Add `get`, `describe`, `update` and `logs` to the `trainhub` command."""
     app.add_typer(get_app, name="get")
+    app.command(
+        "update",
+        epilog=examples(
+            "trainhub update jaxjob.yaml",
+            "trainhub update jaxjob.yaml -n team-a --bootstrap localhost:9092",
+        ),
+    )(update)
     app.add_typer(describe_app, name="describe")
     app.command(
         "logs",
@@ -456,6 +464,34 @@ class LinePrefixer:
         rest = "".join(f"[{pod}] {line}\n" for pod, line in self._partial.items())
         self._partial.clear()
         return rest
+
+
+@with_settings
+def update(
+    settings: TrainhubSettings,
+    job_file: Annotated[Path, typer.Argument(help="The job's new YAML/JSON document.")],
+    namespace: Annotated[
+        str | None,
+        typer.Option("--namespace", "-n", help="The job's namespace, if the file names none."),
+    ] = None,
+) -> None:
+    """Replace a job's spec with the file's (the job named in it), as a PATCH would.
+
+    The spec may change while the job has no pods: queued, held, or suspended (it is then
+    placed again with the new spec on resume). A job whose pods exist may only be suspended
+    (runPolicy.suspend: true); an explicit runPolicy.suspend holds or resumes the job.
+
+    Exit codes: 0 sent; 1 the update cannot apply (or the file is invalid); 2 connection
+    error; 3 no such job."""
+
+    async def work(client: AsyncTrainHubClient) -> str:
+        return await client.update_job(job_file, namespace=namespace)
+
+    try:
+        uid = _with_client(settings, work)
+    except ValueError as exc:  # JobUpdateError, or an invalid file (named in the message)
+        raise _fail(str(exc), EXIT_FAILED) from None
+    console.print(f"update sent for {job_file} (uid {uid})", highlight=False)
 
 
 @with_settings

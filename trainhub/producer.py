@@ -20,6 +20,7 @@ from schemas.events import (
     JobRef,
     JobStatusUpdate,
     JobSubmitted,
+    JobUpdated,
     LogsChunk,
     LogsRequested,
     make_event,
@@ -45,6 +46,17 @@ async def submit_with_id(bus: Bus, topics: Topics, document: dict[str, Any]) -> 
     event = make_event(EventType.JOB_SUBMITTED, SOURCE, uid, JobSubmitted(job=document))
     await publish_event(bus, topics.jobs, uid, event)
     return uid, event.id
+
+
+async def update_document(bus: Bus, topics: Topics, document: dict[str, Any]) -> str:
+    """Publish a job's new document as `job.updated`; returns the job uid (the record key,
+    so the update follows the job's submission and requests in order)."""
+    uid = job_uid_of(document)
+    if uid is None:
+        raise ValueError("the job has no metadata.name (or uid) to identify it")
+    event = make_event(EventType.JOB_UPDATED, SOURCE, uid, JobUpdated(job=document))
+    await publish_event(bus, topics.jobs, uid, event)
+    return uid
 
 
 async def follow_submissions(

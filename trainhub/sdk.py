@@ -27,9 +27,10 @@ from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from bus.base import Bus
+from dispatcher.job_updates import update_problem
 from schemas.cluster import ClusterSnapshot
 from schemas.events import EventType, LogsChunk, LogsRequested
-from schemas.job_parsing import load_documents, read_text
+from schemas.job_parsing import load_documents, parse_job, read_text
 from schemas.kubeflow import JOB_CLASSES, derive_job_uid
 from schemas.run_policy import TRAINHUB_MANAGER
 from schemas.status import ConditionType, JobCondition, JobPhase
@@ -42,12 +43,14 @@ from trainhub.producer import (
     request,
     request_logs,
     submit_with_id,
+    update_document,
 )
 from trainhub.sdk_errors import (
     JobExistsError,
     JobFailedError,
     JobNotFoundError,
     JobTimeoutError,
+    JobUpdateError,
     LogsUnavailableError,
 )
 from trainhub.sdk_functions import DEFAULT_BACKOFF_LIMIT, DEFAULT_BASE_IMAGE, job_from_function
@@ -235,6 +238,39 @@ class AsyncTrainHubClient:
             created=datetime.now(UTC),
         )
         return uid
+
+    async def update_job(
+        self,
+        job: JobSource,
+        name: str | None = None,
+        namespace: str | None = None,
+    ) -> str:
+        """Replace a job's spec with `job` (a document or file; `name` and `namespace`
+        override its own, as in `create_job`), as upstream's `update_job` patches the
+        Kubeflow object; returns the job's uid.
+
+        The spec changes freely while the job has no pods: queued, held suspended, or
+        suspended in its cluster (it is then placed again, with the new spec, when resumed).
+        A job whose pods exist may only be suspended (`runPolicy.suspend: true`). An explicit
+        `runPolicy.suspend` holds or resumes the job; left out, the job stays as it is.
+        `JobUpdateError` says why an update cannot apply (finished job, another kind or
+        manager, a running job's pods); `JobNotFoundError` that there is no such job. The
+        hub applies it with a status of reason `Updated` (with the new spec)."""
+        document = _document(
+            job, name=name, namespace=namespace, queue=None, default=self.namespace
+        )
+        parsed = validate_job(document)
+        view = await self._fresh()
+        existing = self._current(view, parsed.uid)
+        if existing is None or existing.phase == JobPhase.DELETED:
+            raise JobNotFoundError(f"no job {parsed.key} to update (create it instead)")
+        if existing.phase is not None:  # None: just submitted; the hub judges it in order
+            current = parse_job(existing.spec) if existing.spec else None
+            problem = update_problem(current, existing.phase, parsed)
+            if problem is not None:
+                raise JobUpdateError(problem)
+        bus, _ = await self._connected()
+        return await update_document(bus, self.topics, document)
 
     # -- reading --------------------------------------------------------------------------
 
@@ -766,6 +802,7 @@ class TrainHubClient:
 
     start = _blocking(AsyncTrainHubClient.start)
     create_job = _blocking(AsyncTrainHubClient.create_job)
+    update_job = _blocking(AsyncTrainHubClient.update_job)
     get_job = _blocking(AsyncTrainHubClient.get_job)
     list_jobs = _blocking(AsyncTrainHubClient.list_jobs)
     get_job_conditions = _blocking(AsyncTrainHubClient.get_job_conditions)

@@ -21,6 +21,11 @@ class JobExistsError(TrainHubError):
     """The job exists already (and is not deleted): delete it to run it again."""
 
 
+class JobUpdateError(TrainHubError, ValueError):
+    """The update cannot apply to the job where it stands (finished, running with other
+    changes than `runPolicy.suspend`, another kind or manager); the job is left as it was."""
+
+
 class JobFailedError(TrainHubError):
     """The job reached a final phase other than the one waited for (Failed, Rejected, ...)."""
 

@@ -4,12 +4,12 @@ clock come in; job conditions, replica statuses and what to do with which pods g
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from schemas.conditions import ConditionValue, set_condition
-from schemas.status import ConditionType, JobPhase, JobStatus, ReplicaStatus
+from schemas.status import ConditionType, JobCondition, JobPhase, JobStatus, ReplicaStatus
 from workers.backends.base import UNSCHEDULABLE_PREFIX, PodObservation, PodPhase
 from workers.frameworks.base import ReplicaCounts
 from workers.rendering import LABEL_JOB_NAME, LABEL_REPLICA_TYPE, PodPlan, RenderedJob
@@ -76,8 +76,15 @@ def _retryable(policy: str, exit_code: int | None) -> bool:
 
 class JobRun:
     def __init__(
-        self, rendered: RenderedJob, cluster: str, attempt: int, *, clock: Clock = utc_now
+        self,
+        rendered: RenderedJob,
+        cluster: str,
+        attempt: int,
+        *,
+        clock: Clock = utc_now,
+        conditions: Sequence[JobCondition] = (),
     ) -> None:
+        """`conditions`: the job's so far (the assignment's), which this run's add to."""
         self.rendered = rendered
         self.job = rendered.job
         self.cluster = cluster
@@ -89,7 +96,7 @@ class JobRun:
         self.restarts = 0
         """Pod re-creations after retryable failures, counted against `backoffLimit`."""
         self.pods = {p.name: PodState(p) for p in rendered.pods}
-        self.status = JobStatus()
+        self.status = JobStatus(conditions=[c.model_copy() for c in conditions])
         self.phase = JobPhase.CREATED
         self.suspended = False
         self.pending_reason: str | None = None

@@ -254,7 +254,9 @@ class Worker:
             attempt=assigned.attempt,
             wait_for_master=self.backend.init_containers,
         )
-        self.runs[job.uid] = JobRun(rendered, self.cluster, assigned.attempt)
+        self.runs[job.uid] = JobRun(
+            rendered, self.cluster, assigned.attempt, conditions=assigned.conditions
+        )
         log.info("adopted a running job", extra=self._extra(job.uid))
 
     async def _replay_assignments(self) -> _Placements:
@@ -400,7 +402,7 @@ class Worker:
             attempt=assigned.attempt,
             wait_for_master=self.backend.init_containers,
         )
-        run = JobRun(rendered, self.cluster, assigned.attempt)
+        run = JobRun(rendered, self.cluster, assigned.attempt, conditions=assigned.conditions)
         self.runs[job.uid] = run
         # Created goes out before any pod exists, so no pod phase can overtake it.
         await self._publish(run)

@@ -9,6 +9,7 @@ import sys
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -156,6 +157,10 @@ async def test_status_command_and_submit_watch(
         assert json.loads(shown.stdout)["reason"] == "JAXJobSucceeded", shown.stdout
         noop = await cli("suspend", "default/watched", *common, timeout=60)
         assert noop.returncode == 0 and "nothing to do" in noop.stdout, noop.stdout
+        refused = await cli("update", str(job_file), *common, timeout=60)
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        assert "a finished job cannot be updated" in refused.stderr
+        await _update_a_held_job(common, tmp_path)
         # Invalid for the hub, unchecked here: the watcher sees the rejection and stops.
         invalid = tmp_path / "invalid.yaml"
         broken = jax_job("broken")
@@ -173,6 +178,35 @@ async def test_status_command_and_submit_watch(
     finally:
         assert hub.terminate() in (0, -15), hub.log()[-2000:]
         assert worker.terminate() in (0, -15), worker.log()[-2000:]
+
+
+async def _update_a_held_job(common: list[str], tmp_path: Path) -> None:
+    """`trainhub update`: a job held suspended takes a new spec, and runs it once the update
+    says suspend: false."""
+    held = jax_job("held", workers=1, duration="0.3s")
+    held["spec"]["runPolicy"]["suspend"] = True
+    held_file = tmp_path / "held.yaml"
+    held_file.write_text(yaml.safe_dump(held))
+    assert (await cli("submit", str(held_file), *common, timeout=60)).returncode == 0
+    await _status_until(common, "default/held", "Suspended")
+    released = jax_job("held", workers=2, duration="0.3s")
+    released["spec"]["runPolicy"]["suspend"] = False
+    held_file.write_text(yaml.safe_dump(released))
+    updated = await cli("update", str(held_file), *common, timeout=60)
+    assert updated.returncode == 0 and "update sent" in updated.stdout, updated.stderr
+    status = await _status_until(common, "default/held", "Succeeded")
+    assert status["cluster"] == "solo"
+    assert status["status"]["replicaStatuses"]["Worker"]["succeeded"] == 2
+
+
+async def _status_until(common: list[str], job: str, phase: str) -> dict[str, Any]:
+    for _ in range(40):
+        shown = await cli("status", job, "-o", "json", *common, timeout=60)
+        if shown.returncode == 0 and json.loads(shown.stdout)["phase"] == phase:
+            found: dict[str, Any] = json.loads(shown.stdout)
+            return found
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"{job} never {phase}: {shown.stdout}{shown.stderr}")
 
 
 async def test_up_on_a_broker_with_history_reports_only_its_own_runs(

@@ -250,6 +250,10 @@ async def test_a_job_held_suspended_by_the_hub_has_upstreams_conditions(
     assert (await client.get_job_conditions("held"))[-1].message == "JAXJob held is suspended."
     await client.resume_job("held")
     await client.wait_for_job_conditions("held", timeout=20)
+    # The worker's conditions add to the hub's: the history stays, as on upstream's object.
+    final = {c.type: (c.status, c.reason) for c in await client.get_job_conditions("held")}
+    assert final["Suspended"] == ("False", "JAXJobResumed")
+    assert final["Succeeded"] == ("True", "JAXJobSucceeded")
     resumed = [e async for e in client.stream("held", follow=False) if e.update.reason == "Resumed"]
     assert len(resumed) == 1 and resumed[0].update.status is not None
     assert [(c.type, c.status, c.reason) for c in resumed[0].update.status.conditions] == [

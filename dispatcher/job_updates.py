@@ -1,0 +1,54 @@
+"""What an update may change in a job, by where the job stands.
+
+An update replaces a job's whole spec, as a PATCH of the Kubeflow object would. Its pods are
+made from the spec when the job is placed, so the spec may change freely while no pods
+exist: the job is queued, held suspended by the hub, or suspended in its cluster (the hub
+then takes it back, and places it again with the new spec when it is resumed). A job whose
+pods exist may only be suspended or resumed (`runPolicy.suspend`); its kind and
+`runPolicy.managedBy` never change. The hub applies these rules; the SDK and CLI check them
+first, so that a refusal is an error at once rather than a dead letter later.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schemas.kubeflow import AnyJob
+from schemas.status import JobPhase
+
+_RUNNING = frozenset({JobPhase.ASSIGNED, JobPhase.CREATED, JobPhase.RUNNING, JobPhase.RESTARTING})
+UPDATED = "Updated"
+"""The reason of the status that announces an applied update."""
+
+
+def _without_suspend(job: AnyJob) -> dict[str, Any]:
+    document = job.to_document()
+    run_policy = document.get("spec", {}).get("runPolicy")
+    if isinstance(run_policy, dict):
+        run_policy.pop("suspend", None)
+    return document
+
+
+def update_problem(current: AnyJob | None, phase: JobPhase | None, new: AnyJob) -> str | None:
+    """Why `new` cannot replace `current` (a job in `phase`); None when it can."""
+    key = new.key
+    if phase is None or phase == JobPhase.DELETED:
+        return f"no job {key} to update (submit it instead)"
+    if phase.finished:
+        return f"job {key} is {phase.value}: a finished job cannot be updated"
+    if current is None:
+        return f"job {key} is {phase.value}, but its spec is not known here; nothing to compare"
+    if new.kind != current.kind:
+        return f"the kind of job {key} is {current.kind}; an update cannot make it a {new.kind}"
+    if (new.run_policy.managedBy or "") != (current.run_policy.managedBy or ""):
+        return (
+            f"runPolicy.managedBy is immutable: job {key} is managed by "
+            f"{current.run_policy.managedBy or '(unset)'}, the update says "
+            f"{new.run_policy.managedBy or '(unset)'}"
+        )
+    if phase in _RUNNING and _without_suspend(new) != _without_suspend(current):
+        return (
+            f"job {key} is {phase.value}: only runPolicy.suspend may change while its pods "
+            "exist; suspend it, update it, then resume it"
+        )
+    return None
