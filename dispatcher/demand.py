@@ -177,7 +177,7 @@ def job_demand(job: AnyJob) -> list[PodDemand]:
             PodDemand(
                 replica_type=rtype,
                 count=count,
-                requests=pod.total_requests(),
+                requests=pod.total_requests(job.added_init_requests(rtype)),
                 node_selector=dict(pod.nodeSelector or {}),
                 tolerations=tuple(pod.tolerations or ()),
                 required_terms=required,

@@ -9,12 +9,14 @@ from __future__ import annotations
 import functools
 import re
 import uuid
+from decimal import Decimal
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from schemas.names import DNS1123_LABEL
 from schemas.pod import PodTemplateSpec
+from schemas.quantity import parse_quantity
 from schemas.run_policy import RunPolicy
 from schemas.sim_annotations import sim_annotation_problem
 from schemas.status import JobStatus
@@ -269,6 +271,11 @@ class _TrainingJobBase(BaseModel):
             return 0
         return 1 if rspec.replicas is None else rspec.replicas
 
+    def added_init_requests(self, rtype: str) -> tuple[dict[str, Decimal], ...]:
+        """Requests of the init containers the operator adds to `rtype`'s pods wherever they
+        run (placement counts them as the scheduler will)."""
+        return ()
+
     @property
     def total_replicas(self) -> int:
         return sum(self.replicas_of(t) for t in self.replica_specs)
@@ -363,6 +370,13 @@ class XGBoostJob(_TrainingJobBase):
             problems.append(f"spec.xgbReplicaSpecs.Master.replicas: must be 1 (got {masters})")
 
 
+MPI_DELIVERY_RESOURCES = {"cpu": "100m", "memory": "512Mi"}
+"""Requests and limits of the kubectl-delivery init container the operator adds to an
+MPIJob's launcher, as upstream's. Upstream also asks 5Gi of ephemeral-storage, left out here:
+member clusters report no ephemeral-storage capacity (sim and local nodes, the sandbox's KWOK
+nodes), so such a request could never be placed nor scheduled there."""
+
+
 class MPIJob(_TrainingJobBase):
     REPLICA_FIELD = "mpiReplicaSpecs"
     REPLICA_TYPES = ("Launcher", "Worker")
@@ -381,6 +395,11 @@ class MPIJob(_TrainingJobBase):
         if rspec.replicas is None:
             return 1 if rtype == "Launcher" else 0
         return rspec.replicas
+
+    def added_init_requests(self, rtype: str) -> tuple[dict[str, Decimal], ...]:
+        if rtype != "Launcher":
+            return ()
+        return ({r: parse_quantity(q) for r, q in MPI_DELIVERY_RESOURCES.items()},)
 
     def _check(self, problems: list[str]) -> None:
         super()._check(problems)

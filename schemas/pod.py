@@ -161,14 +161,18 @@ class PodSpec(_Open):
             raise ValueError(f"containers: the name {twice[0]!r} is given twice in one pod")
         return self
 
-    def total_requests(self) -> dict[str, Decimal]:
-        """What the scheduler reserves for this pod (see `scheduled_requests`)."""
+    def total_requests(
+        self, added_init: Iterable[Mapping[str, Decimal]] = ()
+    ) -> dict[str, Decimal]:
+        """What the scheduler reserves for this pod (see `scheduled_requests`), with
+        `added_init`: the requests of init containers the operator adds after the pod's own."""
+        own = [
+            (i.effective_requests(), (i.model_extra or {}).get("restartPolicy") == "Always")
+            for i in self.initContainers or []
+        ]
         return scheduled_requests(
             (c.effective_requests() for c in self.containers),
-            (
-                (i.effective_requests(), (i.model_extra or {}).get("restartPolicy") == "Always")
-                for i in self.initContainers or []
-            ),
+            [*own, *((requests, False) for requests in added_init)],
         )
 
 

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from dispatcher.demand import (
     LabelRequirement,
     NodeSelectorTerm,
+    job_demand,
     parse_label_selector,
     parse_node_affinity,
 )
 from dispatcher.placement import plan_placement
 from schemas.job_parsing import parse_job
 from tests.helpers import cluster, jax_job, node
+from workers.rendering import render_job
 
 
 def required(*expressions: dict[str, Any], fields: list[dict[str, Any]] | None = None) -> dict:
@@ -188,3 +193,39 @@ def test_label_selector_syntax(text: str, expected: tuple[LabelRequirement, ...]
 def test_bad_label_selectors_are_refused(text: str) -> None:
     with pytest.raises(ValueError):
         parse_label_selector(text)
+
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "kubeflow"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in DATA.glob("*.yaml")))
+def test_placement_counts_each_pod_as_the_worker_renders_it(name: str) -> None:
+    # Init containers the operator adds (MPI's kubectl-delivery: 100m, 512Mi) are part of
+    # what the scheduler reserves, so placement must count them too. (PyTorch's wait-for-
+    # master init container is left out of this: only kube pods carry it.)
+    job = parse_job(yaml.safe_load((DATA / name).read_text()))
+    rendered = render_job(job, wait_for_master=False)
+    for demand in job_demand(job):
+        pods = [p for p in rendered.pods if p.replica_type == demand.replica_type]
+        assert len(pods) == demand.count
+        for pod in pods:
+            assert pod.requests == demand.requests, (name, pod.name)
+
+
+def test_an_mpi_launcher_without_requests_still_needs_its_delivery_init_container() -> None:
+    document = yaml.safe_load((DATA / "mpi-pi.yaml").read_text())
+    launcher = document["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
+    for container in launcher["containers"]:
+        container.pop("resources", None)
+    needs = {d.replica_type: d.requests for d in job_demand(parse_job(document))}
+    assert needs["Launcher"] == {"cpu": Decimal("0.1"), "memory": Decimal(512 * 2**20)}
+    delivery = next(
+        c
+        for c in render_job(parse_job(document)).pods[0].spec.initContainers or []
+        if c.name == "kubectl-delivery"
+    )
+    assert delivery.resources is not None
+    assert delivery.model_dump(exclude_none=True)["resources"] == {
+        "requests": {"cpu": "100m", "memory": "512Mi"},
+        "limits": {"cpu": "100m", "memory": "512Mi"},
+    }

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from schemas.kubeflow import AnyJob, MPIJob
+from schemas.kubeflow import MPI_DELIVERY_RESOURCES, AnyJob, MPIJob
 from schemas.pod import Container, EnvVar, PodSpec
 from workers.frameworks.base import (
     AccessData,
@@ -182,6 +182,10 @@ class MPIAdapter(FrameworkAdapter):
                         {"name": "NAMESPACE", "value": job.metadata.namespace},
                     ],
                     "volumeMounts": mounts,
+                    "resources": {
+                        "requests": dict(MPI_DELIVERY_RESOURCES),
+                        "limits": dict(MPI_DELIVERY_RESOURCES),
+                    },
                 }
             )
             init: list[Container] | None = [*(spec.initContainers or []), delivery]
