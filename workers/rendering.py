@@ -286,10 +286,11 @@ def _pod_plan(
         labels[LABEL_JOB_ROLE] = "master"
     env = adapter.environment(job, rtype, index, net)
     main = adapter.main_container(job, rtype)
+    env_target = adapter.env_container(job, rtype)
     containers = []
     for container in template.spec.containers:
         updated = container
-        if adapter.env_in_every_container or container.name == main:
+        if adapter.env_in_every_container or container.name == env_target:
             updated = _with_environment(updated, env)
         if container.name == main and adapter.injects_default_port:
             updated = _with_port(updated, adapter.port_name, adapter.port_of(job, rtype))

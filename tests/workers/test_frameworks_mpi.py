@@ -269,3 +269,26 @@ def test_validation_names_field_and_value(mutate: Any, expected: str) -> None:
     with pytest.raises(JobInvalid) as caught:
         parse_job(doc)
     assert expected in str(caught.value)
+
+
+def test_variables_mounts_and_idle_command_go_to_the_first_container() -> None:
+    # Upstream decorates Containers[0] of the launcher and of each worker, whatever the
+    # containers are named and whatever mainContainer says (that names kubexec's target).
+    doc = document()
+    doc["spec"]["mainContainer"] = "mpi"
+    specs = doc["spec"]["mpiReplicaSpecs"]
+    side = {"name": "side", "image": "example/side:1", "command": ["sleep", "1"]}
+    launcher = specs["Launcher"]["template"]["spec"]["containers"]
+    launcher.insert(0, dict(side))
+    worker = specs["Worker"]["template"]["spec"]["containers"]
+    worker[0]["name"] = "mpi"
+    worker.insert(0, {"name": "first", "image": "example/first:1"})
+    launcher_pod, worker0, _ = render_job(parse_job(doc)).pods
+    first, mpi = launcher_pod.spec.containers
+    assert first.name == "side" and env_of(launcher_pod)["OMPI_MCA_plm_rsh_agent"]
+    assert {m["mountPath"] for m in mounts_of(launcher_pod)} == {"/opt/kube", "/etc/mpi"}
+    assert not mpi.env and not getattr(mpi, "volumeMounts", None)
+    idle, mpi_worker = worker0.spec.containers
+    assert idle.name == "first" and idle.command == ["sleep"] and idle.args == ["365d"]
+    assert [m["mountPath"] for m in mounts_of(worker0)] == ["/etc/mpi"]
+    assert not getattr(mpi_worker, "volumeMounts", None)

@@ -104,6 +104,10 @@ class FrameworkAdapter(abc.ABC):
         names = [c.name for c in job.replica_specs[rtype].template.spec.containers]
         return self.default_container if self.default_container in names else names[0]
 
+    def env_container(self, job: AnyJob, rtype: str) -> str:
+        """The container that gets the kind's variables (where not every container does)."""
+        return self.main_container(job, rtype)
+
     def port_of(self, job: AnyJob, rtype: str) -> int:
         """The replica's port: the default container's port of our name, else the default."""
         rspec = job.replica_specs.get(rtype)

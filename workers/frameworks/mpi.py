@@ -89,6 +89,12 @@ class MPIAdapter(FrameworkAdapter):
             return main
         return self.default_container if self.default_container in names else names[0]
 
+    def env_container(self, job: AnyJob, rtype: str) -> str:
+        """The first container, as upstream's: the launcher's variables and mounts, and a
+        worker's mounts and idle command, go there whatever `mainContainer` says (which
+        names the container mpirun execs into)."""
+        return job.replica_specs[rtype].template.spec.containers[0].name
+
     def is_master(self, job: AnyJob, rtype: str, index: int) -> bool:
         return rtype == "Launcher"
 
@@ -102,7 +108,7 @@ class MPIAdapter(FrameworkAdapter):
         if not has_gpu_launcher(job):
             # Keep a CPU launcher off the node's GPUs even where the runtime exposes them all.
             env |= {"NVIDIA_VISIBLE_DEVICES": "", "NVIDIA_DRIVER_CAPABILITIES": ""}
-        main = self.main_container(job, rtype)
+        main = self.env_container(job, rtype)
         own = {
             e.name
             for c in job.replica_specs[rtype].template.spec.containers
@@ -159,7 +165,7 @@ class MPIAdapter(FrameworkAdapter):
         ]
 
     def decorate_pod(self, job: AnyJob, rtype: str, index: int, spec: PodSpec) -> PodSpec:
-        main = self.main_container(job, rtype)
+        main = self.env_container(job, rtype)
         account: dict[str, Any] = {}
         if rtype == "Launcher":
             account["serviceAccountName"] = launcher_service_account(job)
