@@ -50,6 +50,9 @@ from schemas.status import ALREADY_EXISTS, TTL_EXPIRED, ConditionType, JobPhase,
 
 log = logging.getLogger(__name__)
 
+_RUNNING = (JobPhase.ASSIGNED, JobPhase.CREATED, JobPhase.RUNNING, JobPhase.RESTARTING)
+"""Phases of a job placed and not suspended: its worker runs it, or is about to."""
+
 # Phases in which a cluster is (or may soon be) running the job's pods.
 _PLACED = (
     JobPhase.ASSIGNED,
@@ -110,6 +113,8 @@ class Hub:
         self._evacuate: set[str] = set()
         """Retired clusters whose jobs the next pass moves elsewhere (also after a restart
         that replayed the retirement, whatever compaction left of their heartbeats)."""
+        self._instances: dict[str, str] = {}
+        """The worker process last heard reporting each cluster."""
         self._outbox: list[tuple[JobRecord, str | None, int]] = []
         """Placements whose assignments wait for their Assigned statuses to be durable."""
         self._outbox_ready = asyncio.Event()
@@ -651,7 +656,43 @@ class Hub:
             if not self._replaying:
                 log.warning("retired cluster reports again", extra={"cluster": snapshot.name})
         self.reservations.reconcile(snapshot)
+        if self._worker_restarted(snapshot):
+            await self._resend_assignments(snapshot.name)
         self._wake.set()
+
+    def _worker_restarted(self, snapshot: ClusterSnapshot) -> bool:
+        """A new worker process reports the cluster (not two taking turns: see
+        dispatcher/worker_instances.py)."""
+        if snapshot.instance is None:
+            return False
+        before = self._instances.get(snapshot.name)
+        self._instances[snapshot.name] = snapshot.instance
+        return (
+            before is not None
+            and before != snapshot.instance
+            and not self._replaying
+            and self.clusters.instances.conflict(snapshot.name, datetime.now(UTC)) is None
+        )
+
+    async def _resend_assignments(self, cluster: str) -> None:
+        """Send a restarted worker the assignments of the jobs it should be running. It adopts
+        the jobs whose pods it finds and ignores their assignments; the others' pods died with
+        its predecessor (sim and local pods live in the worker), and it creates them again
+        under the same names, as upstream's operator re-creates missing pods. Without this
+        they stayed Running for ever."""
+        records = [r for r in self.ledger.in_phase(*_RUNNING) if r.cluster == cluster]
+        if not records:
+            return
+        log.warning(
+            "a new worker process reports %s: sending it the assignments of its %d jobs",
+            cluster,
+            len(records),
+            extra={"cluster": cluster},
+        )
+        await self.bus.flush()  # assignments only after their Assigned statuses are durable
+        for record in records:
+            if record.job is not None:
+                await self._send_assignment(record)
 
     # -- placement ------------------------------------------------------------------------
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 
+from prometheus_client import CollectorRegistry
+
 from bus.events import publish_event
 from schemas.events import EventType, JobHandedBack, JobStatusUpdate, make_event
 from schemas.status import JobPhase
 from tests.helpers import jax_job
-from trainhub.embedded import Embedded, EmbeddedOptions
+from trainhub.embedded import Embedded, EmbeddedOptions, make_backend
 from workers.cluster_spec import parse_cluster_spec
+from workers.worker import Worker, WorkerConfig
 
 
 def _options() -> EmbeddedOptions:
@@ -106,3 +109,30 @@ async def test_worker_hands_back_a_job_its_cluster_cannot_schedule() -> None:
             redispatched[0].message or ""
         )
         assert uid not in east.runs
+
+
+async def test_a_restarted_worker_runs_again_the_jobs_whose_pods_died_with_it() -> None:
+    # A sim (or local) worker killed outright takes its pods with it; the next process for
+    # the cluster finds none to adopt. The hub hears a new instance and sends it the
+    # assignments again: it runs the jobs once more, in place, under the same attempt.
+    async with Embedded(_options()) as system:
+        uid = await system.submit(jax_job("long", workers=2, duration="1.5s"))
+        cluster = await _placed_on(system, uid)
+        old = system.worker(cluster)
+        old.backend.keeps_pods = True  # no goodbye: nothing handed back, as after SIGKILL
+        await old.stop()
+        spec = next(s for s in system.options.clusters if s.name == cluster)
+        new = Worker(
+            system.bus,
+            make_backend(spec, system.options, system.logs_root),
+            WorkerConfig(cluster=cluster, heartbeat_interval=0.2),
+            system.topics,
+            registry=CollectorRegistry(),
+        )
+        system.workers[system.workers.index(old)] = new
+        await new.start()
+        updates: list[JobStatusUpdate] = []
+        final = await system.wait_finished([uid], updates.append, timeout=30)
+        assert final[uid].phase == JobPhase.SUCCEEDED, updates
+        assert final[uid].cluster == cluster and final[uid].attempt == 1
+        assert not [u for u in updates if u.reason == "Redispatched"]
