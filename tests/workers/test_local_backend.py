@@ -4,6 +4,7 @@ worker, environments resolved like the kubelet's, restarts under the same name."
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -179,3 +180,61 @@ async def test_an_unresolvable_variable_fails_the_pod(backend: LocalBackend) -> 
     failed = await next_observation(backend)
     assert (failed.phase, failed.exit_code) == ("Failed", 127)
     assert failed.message == "env T: secretKeyRef cannot be read on the local backend"
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie nobody reaped yet."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+_KILLED_WORKER = """
+import asyncio, os, signal, sys
+from pathlib import Path
+from schemas.job_parsing import parse_job
+from tests.workers.job_documents import job_document, replica
+from workers.backends.local import LocalBackend
+from workers.cluster_spec import parse_cluster_spec
+from workers.network import LoopbackNetwork
+from workers.rendering import render_job
+
+async def main(folder: Path) -> None:
+    backend = LocalBackend(
+        parse_cluster_spec("here:cpu=4,memory=8Gi").pool(), workdir=folder, logs_dir=folder
+    )
+    await backend.start()
+    pid_file = folder / "pid"
+    code = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    command = [sys.executable, "-c", code]
+    document = job_document("JAXJob", "orphan", {"Worker": replica(1, command=command)})
+    job = render_job(parse_job(document), LoopbackNetwork())
+    await backend.create_pod(job.job.uid, job.pods[0])
+    while not pid_file.exists() or not pid_file.read_text():
+        await asyncio.sleep(0.05)
+    os.kill(os.getpid(), signal.SIGKILL)  # the worker dies without a goodbye
+
+asyncio.run(main(Path(sys.argv[1])))
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="parent-death signals are Linux's")
+async def test_a_killed_workers_pods_die_with_it(tmp_path: Path) -> None:
+    # Else they ran on as orphans beside the pods the next worker creates again.
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _KILLED_WORKER, str(tmp_path), cwd=ROOT, env={"PYTHONPATH": str(ROOT)}
+    )
+    assert await asyncio.wait_for(worker.wait(), 30) == -9
+    pid = int((tmp_path / "pid").read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return
+        await asyncio.sleep(0.05)
+    os.kill(pid, 9)
+    raise AssertionError(f"pod process {pid} outlived its killed worker")

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -24,6 +26,26 @@ from workers.backends.node_pool import NodePool
 from workers.backends.pod_env import ProcessSpec, UnresolvableEnv, process_spec
 from workers.network import LoopbackNetwork, Network
 from workers.rendering import INIT_CONTAINER_MAX_TRIES, PodPlan, ServicePlan
+
+_PR_SET_PDEATHSIG = 1
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
+
+
+def _die_with_worker(worker_pid: int) -> Callable[[], None] | None:
+    """What a pod's process runs before its command (Linux): it is killed when the worker
+    dies, as a node's containers die with it. A worker killed outright (SIGKILL, OOM) thus
+    leaves no orphans running beside the pods its successor creates again."""
+    prctl = _PRCTL
+    if prctl is None:
+        return None
+
+    def arm() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != worker_pid:  # the worker died before that took effect
+            os._exit(137)
+
+    return arm
+
 
 log = logging.getLogger(__name__)
 _KILL_GRACE = 5.0
@@ -148,6 +170,7 @@ class LocalBackend(Backend):
                 stdout=output,
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=_die_with_worker(os.getpid()),
             )
         except OSError as exc:
             self._unbind(key, pod)
