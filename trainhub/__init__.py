@@ -4,6 +4,7 @@
 
 from trainhub.sdk import AsyncTrainHubClient, TrainHubClient
 from trainhub.sdk_errors import (
+    ClientClosedError,
     JobExistsError,
     JobFailedError,
     JobNotFoundError,
@@ -18,6 +19,7 @@ from trainhub.sdk_view import TrainHubJob
 
 __all__ = [
     "AsyncTrainHubClient",
+    "ClientClosedError",
     "JobExistsError",
     "JobFailedError",
     "JobNotFoundError",

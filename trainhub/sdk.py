@@ -6,10 +6,13 @@ runs it on an event loop thread of its own, so it works from any code, notebooks
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import copy
 import functools
 import math
 import os
+import queue
 import threading
 import uuid
 import weakref
@@ -46,6 +49,7 @@ from trainhub.producer import (
     update_document,
 )
 from trainhub.sdk_errors import (
+    ClientClosedError,
     JobExistsError,
     JobFailedError,
     JobNotFoundError,
@@ -683,7 +687,13 @@ _T = TypeVar("_T")
 
 
 class _LoopThread:
-    """An event loop on a daemon thread; blocking calls run coroutines on it."""
+    """An event loop on a daemon thread; blocking calls run coroutines on it.
+
+    Closing cancels the calls other threads are blocked in (they raise `ClientClosedError`)
+    and closes the streams left open, so no thread waits for ever on a stopped loop."""
+
+    _UNWIND = 5.0
+    """Seconds a cancelled call may take to unwind before its caller goes on."""
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
@@ -691,19 +701,55 @@ class _LoopThread:
             target=self.loop.run_forever, name="trainhub-sdk", daemon=True
         )
         self._thread.start()
+        self._lock = threading.Lock()
+        self._calls: set[concurrent.futures.Future[Any]] = set()
+        self._streams: weakref.WeakSet[AsyncGenerator[Any, None]] = weakref.WeakSet()
+        self.closed = False
 
-    def run(self, coro: Coroutine[Any, Any, _T]) -> _T:
+    def submit(
+        self, coro: Coroutine[Any, Any, _T]
+    ) -> tuple[concurrent.futures.Future[_T], threading.Event]:
+        """The call running on the loop, and an event set once it has unwound."""
         if threading.current_thread() is self._thread:
             coro.close()
             raise RuntimeError("a blocking TrainHubClient call from its own event loop")
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        settled = threading.Event()
+
+        async def tracked() -> _T:
+            try:
+                return await coro
+            finally:
+                settled.set()
+
+        with self._lock:
+            if self.closed:
+                coro.close()
+                raise ClientClosedError("the client is closed")
+            future = asyncio.run_coroutine_threadsafe(tracked(), self.loop)
+            self._calls.add(future)
+        future.add_done_callback(self._calls.discard)
+        return future, settled
+
+    def result(self, future: concurrent.futures.Future[_T], settled: threading.Event) -> _T:
         try:
             return future.result()
+        except concurrent.futures.CancelledError:
+            if self.closed:
+                raise ClientClosedError("the client was closed during the call") from None
+            raise
         except BaseException:
-            future.cancel()  # e.g. KeyboardInterrupt: do not leave the call running
+            # E.g. KeyboardInterrupt: stop the call, and let it unwind before going on (a
+            # stream's generator is still running until then, and cannot be closed).
+            future.cancel()
+            settled.wait(self._UNWIND)
             raise
 
+    def run(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        return self.result(*self.submit(coro))
+
     def iterate(self, items: AsyncGenerator[_T, None]) -> Iterator[_T]:
+        self._streams.add(items)
+
         async def step() -> _T:
             return await items.__anext__()
 
@@ -715,8 +761,37 @@ class _LoopThread:
                     return
                 yield item
         finally:
-            if not self.loop.is_closed():
-                self.run(items.aclose())
+            if not self.closed and not _running(items):
+                with contextlib.suppress(ClientClosedError):
+                    self.run(items.aclose())
+
+    def close(self, last: Coroutine[Any, Any, None]) -> None:
+        """Cancel the calls in progress, close the open streams, run `last` (the client's
+        close) and stop the loop."""
+        with self._lock:
+            if self.closed:
+                last.close()
+                return
+            self.closed = True
+            calls = list(self._calls)
+        for call in calls:
+            call.cancel()
+        streams = list(self._streams)
+
+        async def finish() -> None:
+            await asyncio.sleep(0)  # the cancelled calls unwind first
+            for stream in streams:
+                if not _running(stream):
+                    with contextlib.suppress(Exception):
+                        await stream.aclose()
+            await last
+
+        if threading.current_thread() is self._thread or self.loop.is_closed():
+            last.close()  # collected on its own loop thread: it stops without a goodbye
+        else:
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(finish(), self.loop).result(self._UNWIND * 6)
+        self.stop()
 
     def stop(self) -> None:
         if self.loop.is_closed():
@@ -727,16 +802,15 @@ class _LoopThread:
             self.loop.close()
 
 
+def _running(stream: AsyncGenerator[Any, None]) -> bool:
+    """Whether the generator is in a step now (it cannot be closed then)."""
+    return bool(getattr(stream, "ag_running", False))
+
+
 def _shut_down(loop: _LoopThread, client: AsyncTrainHubClient) -> None:
     """Close the client and stop its thread: on `close()`, when the blocking client is
     collected, or at interpreter exit (while the thread still runs: atexit time)."""
-    try:
-        if not loop.loop.is_closed():
-            loop.run(client.close())
-    except RuntimeError:
-        pass  # collected on its own loop thread: the loop stops without a goodbye
-    finally:
-        loop.stop()
+    loop.close(client.close())
 
 
 def _blocking(
@@ -813,7 +887,39 @@ class TrainHubClient:
     is_job_restarting = _blocking(AsyncTrainHubClient.is_job_restarting)
     is_job_succeeded = _blocking(AsyncTrainHubClient.is_job_succeeded)
     is_job_failed = _blocking(AsyncTrainHubClient.is_job_failed)
-    wait_for_job_conditions = _blocking(AsyncTrainHubClient.wait_for_job_conditions)
+
+    def wait_for_job_conditions(
+        self,
+        name: str,
+        namespace: str | None = None,
+        expected_conditions: Iterable[str] = frozenset({ConditionType.SUCCEEDED.value}),
+        timeout: float = 600,
+        polling_interval: float = 1.0,
+        callback: Callable[[TrainHubJob], Any] | None = None,
+    ) -> TrainHubJob:
+        """`AsyncTrainHubClient.wait_for_job_conditions`, with `callback` called in this
+        thread, as upstream's is: it may use the client, and a slow one holds up nobody else."""
+        seen: queue.SimpleQueue[TrainHubJob] = queue.SimpleQueue()
+        wait = self.aio.wait_for_job_conditions(
+            name,
+            namespace,
+            expected_conditions,
+            timeout,
+            polling_interval,
+            None if callback is None else seen.put,
+        )
+        future, settled = self._loop.submit(wait)
+        if callback is not None:
+            try:
+                while not (future.done() and seen.empty()):
+                    with contextlib.suppress(queue.Empty):
+                        callback(seen.get(timeout=0.05))
+            except BaseException:
+                future.cancel()
+                settled.wait(_LoopThread._UNWIND)
+                raise
+        return self._loop.result(future, settled)
+
     get_job_logs = _blocking(AsyncTrainHubClient.get_job_logs)
     stream_job_logs = _blocking_iter(AsyncTrainHubClient.stream_job_logs)
     suspend_job = _blocking(AsyncTrainHubClient.suspend_job)

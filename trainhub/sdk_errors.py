@@ -13,6 +13,10 @@ class TrainHubError(RuntimeError):
     """Base of the SDK's errors."""
 
 
+class ClientClosedError(TrainHubError):
+    """The blocking client was closed (before or during the call)."""
+
+
 class JobNotFoundError(TrainHubError, LookupError):
     """No job of that name (or uid) is on the status topic."""
 

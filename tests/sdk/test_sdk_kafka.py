@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ from typer.testing import CliRunner, Result
 from schemas.status import JobPhase
 from tests.kafka.processes import Process
 from tests.kafka_target import KafkaTarget
-from trainhub import JobFailedError, StatusEvent, TrainHubClient
+from trainhub import ClientClosedError, JobFailedError, StatusEvent, TrainHubClient, TrainHubJob
 from trainhub.cli import app
 
 pytestmark = pytest.mark.kafka
@@ -278,3 +279,38 @@ def test_status_stream_resumes_after_the_client_restarts(
     assert queued == {"p-one", "p-two"}
     listed = deployment.cli("get", "jobs", "--queue", "pipeline", "-o", "json")
     assert sorted(j["name"] for j in json.loads(listed.stdout)) == ["p-one", "p-two"]
+
+
+def test_the_blocking_clients_threads_callbacks_and_close(deployment: Deployment) -> None:
+    client = deployment.client()
+    client.create_job(train_func=tick, name="slow", parameters={"count": 20, "pause": 0.5})
+    # The callback runs in the caller's thread, as upstream's: it may use the client.
+    seen: list[tuple[str, list[str]]] = []
+
+    def note(job: TrainHubJob) -> None:
+        seen.append((threading.current_thread().name, client.get_job_pod_names(job.name)))
+
+    client.wait_for_job_conditions("slow", expected_conditions={"Running"}, callback=note)
+    assert seen and {thread for thread, _ in seen} == {threading.current_thread().name}
+    assert seen[-1][1] == ["slow-master-0"]
+    # Closing ends the calls other threads are blocked in, instead of leaving them for ever.
+    outcome: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            client.wait_for_job_conditions("slow", timeout=60)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(1)
+    client.close()
+    waiter.join(10)
+    assert not waiter.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], ClientClosedError), outcome
+    with pytest.raises(ClientClosedError, match="closed"):
+        client.list_jobs()
+    client.close()  # twice is harmless
+    with deployment.client() as again:
+        again.delete_job("slow")

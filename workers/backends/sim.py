@@ -51,6 +51,9 @@ class _SimPod:
     unschedulable: str | None = None
     delay: float = 0.0
     """Seconds it waits on its node before it runs (crash backoff)."""
+    log: str = ""
+    """What the pod "printed": a line per phase it reached, appended as a container's output
+    is (a follower reads on from where it was)."""
 
 
 class SimBackend(Backend):
@@ -104,6 +107,7 @@ class SimBackend(Backend):
         if self._pods.get(key) is not pod:
             return  # deleted before it started
         pod.phase = "Running"
+        pod.log += f"[sim] {pod.plan.name} is Running\n"
         await self._emit(pod)
         annotations = pod.plan.annotations
         duration = parse_duration(annotations.get(SIM_DURATION, str(DEFAULT_DURATION)))
@@ -112,6 +116,7 @@ class SimBackend(Backend):
         if self._pods.get(key) is not pod:
             return
         pod.phase = "Succeeded" if exit_code == 0 else "Failed"
+        pod.log += f"[sim] {pod.plan.name} is {pod.phase} (exit code {exit_code})\n"
         self.pool.unbind(key)
         await self._emit(pod, exit_code)
         self._bind_pending()
@@ -145,4 +150,4 @@ class SimBackend(Backend):
 
     async def pod_logs(self, job_uid: str, name: str) -> str:
         pod = next((p for p in self._pods.values() if p.plan.name == name), None)
-        return "" if pod is None else f"[sim] {name} is {pod.phase}\n"
+        return "" if pod is None else pod.log
