@@ -8,6 +8,7 @@ errors with bounded exponential backoff, and the producer keeps undelivered reco
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -199,6 +200,10 @@ class KafkaBus(Bus):
             await producer.stop()
             await admin.close()
             raise _fatal(exc, self.settings, "connecting") from exc
+        except asyncio.CancelledError:  # stopped while connecting (SIGTERM): leave no client
+            await producer.stop()
+            await admin.close()
+            raise
         self._producer, self._admin = producer, admin
         log.info("connected to Kafka", extra={"topic": self.settings.bootstrap})
 
@@ -383,6 +388,25 @@ def _new_topic(spec: TopicSpec) -> NewTopic:
     )
 
 
+async def _stop_consumer(consumer: AIOKafkaConsumer) -> None:
+    """`consumer.stop()`. aiokafka 0.14's fetcher awaits the fetch tasks it has just cancelled
+    without catching their CancelledError, and has such tasks while the broker is unreachable:
+    that error is not ours (unless we are being cancelled), so the stop is finished here
+    instead of failing the shutdown with a traceback and an unclosed client."""
+    try:
+        await consumer.stop()
+        return
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+    for pending in list(getattr(consumer._fetcher, "_pending_tasks", ())):
+        pending.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await pending
+    await consumer._client.close()
+
+
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
     def __init__(self, on_revoke: RevokeCallback | None) -> None:
         self._on_revoke = on_revoke
@@ -465,8 +489,8 @@ class KafkaSubscription(Subscription):
 
     async def stop(self) -> None:
         if self._consumer is not None:
-            await self._consumer.stop()
-            self._consumer = None
+            consumer, self._consumer = self._consumer, None
+            await _stop_consumer(consumer)
 
     def _started(self) -> AIOKafkaConsumer:
         if self._consumer is None:

@@ -46,7 +46,7 @@ from trainhub.console_view import StatusPrinter, decision_table, error_text
 from trainhub.embedded import Embedded, EmbeddedOptions, make_worker_backend
 from trainhub.job_checks import check_job, validate_job
 from trainhub.logs import quiet_echoes, setup_logging
-from trainhub.processes import run_hub, run_worker
+from trainhub.processes import ServiceCrashed, check_metrics_port, run_hub, run_worker
 from trainhub.producer import (
     ClusterStillReporting,
     follow_submissions,
@@ -420,6 +420,10 @@ async def _run_up(
 def hub(settings: TrainhubSettings) -> None:
     """Run the hub: validate, place and follow jobs (needs Kafka)."""
     _require_bootstrap(settings)
+    try:
+        check_metrics_port(settings)
+    except ValueError as exc:
+        raise fail(str(exc), code=2) from None
     asyncio.run(run_hub(settings))
 
 
@@ -578,8 +582,9 @@ def worker(
             logs_dir=logs_dir,
             namespaces=namespace,
         )
+        check_metrics_port(settings)
     except ValueError as exc:
-        raise fail(str(exc)) from None
+        raise fail(str(exc), code=2) from None  # a usage error, as typer's and settings' are
     asyncio.run(
         run_worker(
             settings,
@@ -963,3 +968,6 @@ def main() -> None:
     except BusError as exc:
         err_console.print(error_text(str(exc)), highlight=False)
         sys.exit(2)
+    except ServiceCrashed as exc:  # the cause is in the log above, with its traceback
+        err_console.print(error_text(f"stopped: {exc}"), highlight=False)
+        sys.exit(1)

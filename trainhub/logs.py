@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 
 _CONTEXT = ("job", "cluster", "event", "topic", "offset", "reason", "backend")
 
@@ -20,9 +21,39 @@ class ContextFormatter(logging.Formatter):
 def setup_logging(level: int = logging.WARNING) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(ContextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(OncePerInterval())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+
+
+class OncePerInterval(logging.Filter):
+    """aiokafka logs an error for every connection attempt, every few milliseconds while the
+    broker is down (12,000 lines a minute): each of its messages passes once per `interval`
+    seconds, the next one saying how many were left out meanwhile."""
+
+    def __init__(self, interval: float = 10.0, prefix: str = "aiokafka") -> None:
+        super().__init__()
+        self.interval = interval
+        self.prefix = prefix
+        self._last: dict[tuple[str, str], tuple[float, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith(self.prefix):
+            return True
+        key = (record.name, record.getMessage())
+        now = time.monotonic()
+        last = self._last.get(key)
+        if last is not None and now - last[0] < self.interval:
+            self._last[key] = (last[0], last[1] + 1)
+            return False
+        if len(self._last) > 1000:
+            self._last.clear()  # messages naming ever new things must not pile up
+        self._last[key] = (now, 0)
+        if last is not None and last[1]:
+            record.msg = f"{record.getMessage()} (and {last[1]} times more in {now - last[0]:.0f}s)"
+            record.args = None
+        return True
 
 
 class ShownAsStatus(logging.Filter):

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import signal
+import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -24,29 +26,66 @@ from workers.worker import Worker, WorkerConfig
 log = logging.getLogger(__name__)
 
 
+class ServiceCrashed(RuntimeError):
+    """A background task of the hub or worker died; the process ends with this one line."""
+
+
+_CLOSE_TIMEOUT = 10.0
+"""Seconds the last flush and close may take: with the broker gone, aiokafka would wait out
+its request timeout (what it has not sent is not committed either, so it is read again)."""
+
+
 async def serve_until_signalled(
     start: Callable[[], Awaitable[None]],
     stop: Callable[[], Awaitable[None]],
     failed: Callable[[], asyncio.Future[BaseException] | None] | None = None,
 ) -> None:
-    """Run until SIGTERM or SIGINT (or a background task crashes), then stop gracefully."""
+    """Run until SIGTERM or SIGINT (or a background task crashes), then stop gracefully. A
+    signal while still starting (say, retrying an unreachable broker) stops at once."""
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
-    await start()
+    signalled = asyncio.ensure_future(stopping.wait())
     try:
-        waiters: list[asyncio.Future[Any]] = [asyncio.ensure_future(stopping.wait())]
+        starting = asyncio.ensure_future(start())
+        await asyncio.wait({starting, signalled}, return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starting
+            log.info("stopped while starting")
+            return
+        starting.result()  # a failed start raises here
+        waiters: list[asyncio.Future[Any]] = [signalled]
         crash = failed() if failed else None
         if crash is not None:
             waiters.append(crash)
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        waiters[0].cancel()
         if crash is not None and crash.done():
-            raise RuntimeError(f"a background task crashed: {crash.result()!r}")
+            raise ServiceCrashed(f"a background task failed: {crash.result()!r}")
     finally:
+        signalled.cancel()
         log.info("shutting down")
-        await stop()
+        try:
+            await asyncio.wait_for(stop(), _CLOSE_TIMEOUT)
+        except TimeoutError:
+            log.warning("could not close cleanly within %.0fs (Kafka unreachable?)", _CLOSE_TIMEOUT)
+
+
+def check_metrics_port(settings: TrainhubSettings) -> None:
+    """Bind-test the metrics port before anything connects: ValueError with the reason."""
+    port = settings.metrics_port
+    if port is None:
+        return
+    with socket.socket(socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("0.0.0.0", port))  # where start_http_server listens
+        except OSError as exc:
+            raise ValueError(
+                f"--metrics-port {port}: cannot listen there ({exc.strerror})"
+            ) from None
 
 
 def _metrics(settings: TrainhubSettings, registry: CollectorRegistry) -> None:
@@ -80,10 +119,10 @@ async def run_hub(settings: TrainhubSettings) -> None:
     hub = Hub(bus, settings.topics(), hub_config(settings), registry=registry)
 
     async def start() -> None:
+        _metrics(settings, registry)
         await bus.start()
         await hub.start()
         tune_gc()
-        _metrics(settings, registry)
 
     async def stop() -> None:
         await hub.stop()
@@ -124,9 +163,9 @@ async def run_worker(
     )
 
     async def start() -> None:
+        _metrics(settings, registry)
         await bus.start()
         await worker.start()
-        _metrics(settings, registry)
 
     async def stop() -> None:
         await worker.stop()

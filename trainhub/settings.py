@@ -34,7 +34,9 @@ class TrainhubSettings(BaseSettings):
     ssl_cafile: str | None = Field(default=None, description="CA bundle for SSL.")
     ssl_certfile: str | None = Field(default=None, description="Client certificate for SSL.")
     ssl_keyfile: str | None = Field(default=None, description="Client key for SSL.")
-    metrics_port: int | None = Field(default=None, description="Serve /metrics on this port.")
+    metrics_port: int | None = Field(
+        default=None, ge=0, le=65535, description="Serve /metrics on this port."
+    )
     heartbeat_interval: float = Field(default=5.0, gt=0, description="Seconds between heartbeats.")
     unschedulable_timeout: float = Field(
         default=120.0, gt=0, description="Seconds before a worker hands back unschedulable pods."

@@ -4,6 +4,7 @@ run twice. The broker is this test's own, so restarting it disturbs no other tes
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import sys
 import time
@@ -15,6 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bus.base import BusError
+from bus.kafka import KafkaBus
 from bus.kafka_settings import KafkaSettings
 from bus.topics import Topics
 from schemas.events import JobStatusUpdate
@@ -29,6 +32,7 @@ from tests.kafka.status_topic import (
     stop_all,
     wait_for_statuses,
 )
+from trainhub.producer import read_clusters
 from trainhub.sandbox.kafka_broker import KafkaBroker, restart_kafka, start_kafka, stop_kafka
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -200,3 +204,62 @@ async def test_broker_restart_mid_burst_loses_nothing_and_runs_nothing_twice(
         producer.cancel()
         await asyncio.gather(producer, return_exceptions=True)
         stop_all(processes)
+
+
+def _wait_for_line(process: Process, text: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in process.log():
+        assert time.monotonic() < deadline, f"{process.name} never logged {text!r}"
+        time.sleep(0.1)
+
+
+async def _until_the_worker_reports(settings: KafkaSettings, topics: Topics) -> None:
+    """Both are up: the hub made the topics and the worker's heartbeat is on them."""
+    bus = KafkaBus(settings)
+    await bus.start()
+    try:
+        for _ in range(120):
+            with contextlib.suppress(BusError):
+                if "gone" in await read_clusters(bus, topics, 30.0):
+                    return
+            await asyncio.sleep(0.5)
+    finally:
+        await bus.close()
+    raise AssertionError("the worker never reported")
+
+
+def test_sigterm_stops_hub_and_worker_promptly_and_cleanly_without_a_broker(
+    own_broker: OwnBroker, tmp_path: Path
+) -> None:
+    # While still connecting to a broker that does not answer: at once, not after ~20 s of
+    # retries. With the broker gone mid-run: exit 0 without a traceback (aiokafka's consumer
+    # stop used to raise CancelledError then).
+    common = ["--bootstrap", "127.0.0.1:1"]
+    waiting = [
+        Process("hub-waiting", ["hub", *common], tmp_path),
+        Process(
+            "worker-waiting", ["worker", *common, "--cluster", "w", "--backend", "sim"], tmp_path
+        ),
+    ]
+    for process in waiting:
+        _wait_for_line(process, "Kafka unavailable", 30)
+        started = time.monotonic()
+        assert process.terminate() == 0, process.log()[-2000:]
+        assert time.monotonic() - started < 5
+    common = ["--bootstrap", own_broker.current.bootstrap, "--topic-prefix", "gone"]
+    running = [
+        Process("hub-gone", ["hub", *common, "--heartbeat-interval", "0.5"], tmp_path),
+        sim_worker("gone", common, tmp_path),
+    ]
+    settings = KafkaSettings(bootstrap=own_broker.current.bootstrap)
+    asyncio.run(_until_the_worker_reports(settings, Topics(prefix="gone")))
+    stop_kafka(own_broker.current)
+    time.sleep(3)
+    for process in running:
+        started = time.monotonic()
+        code = process.terminate(timeout=30)
+        log = process.log()
+        assert code == 0, log[-3000:]
+        assert "Traceback" not in log and "Unclosed AIOKafka" not in log, log[-3000:]
+        assert time.monotonic() - started < 15
+    own_broker.current = start_kafka(tmp_path / "kafka-again")  # for the fixture to stop

@@ -4,6 +4,7 @@ and steer placement: from `trainhub worker` flags to the decision."""
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import pytest
 from typer.testing import CliRunner
@@ -39,13 +40,28 @@ def test_policy_allows_exactly_what_is_named() -> None:
         (["--allow", "root"], "unknown pod privilege 'root'"),
         (["--weight", "120"], "--weight must be within 0..100"),
         (["--cost", "-1"], "--cost must be >= 0"),
+        (["--metrics-port", "99999"], "metrics_port"),
+        (["--label", "noequals"], "--label takes KEY=VALUE"),
     ],
 )
 def test_worker_refuses_bad_cluster_options(flags: list[str], message: str) -> None:
+    # Usage errors, said before anything connects: exit 2, as typer's own.
     args = ["worker", "--cluster", "a", "--backend", "sim", "--bootstrap", "127.0.0.1:1", *flags]
     result = CliRunner().invoke(app, args)
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     assert message in result.output
+
+
+def test_a_metrics_port_in_use_is_refused_before_connecting() -> None:
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        for command in (["hub"], ["worker", "--cluster", "a", "--backend", "sim"]):
+            args = [*command, "--bootstrap", "127.0.0.1:1", "--metrics-port", port]
+            result = CliRunner().invoke(app, args)
+            assert result.exit_code == 2, result.output
+            assert f"--metrics-port {port}: cannot listen there" in result.output
 
 
 async def test_heartbeats_carry_weight_cost_and_policy_and_placement_follows_them() -> None:
