@@ -4,7 +4,7 @@ Filters, in the order a rejected cluster's reason reports them: the job's own pr
 (malformed nodeAffinity or cluster annotations), its `trainhub.io/cluster-selector`, the
 cluster's namespace allow-list, its pod security policy, whether the gang could fit even on
 the empty cluster; these are "never" reasons, and a job every cluster refuses for them is
-rejected. Then the job's exclusion after an earlier failure there, health, heartbeat
+rejected. Then the job's exclusion after it was handed back or lost there, health, heartbeat
 freshness, and the per-node gang fit on the capacity free now (after reservations).
 Feasible clusters are scored by the weighted policies of dispatcher/scoring.py; the best
 wins, the earlier listed on equal scores. Job annotations are described in
@@ -46,7 +46,7 @@ __all__ = [
     "plan_placement",
 ]
 
-EXCLUDED = "excluded for this job after an earlier failure here"
+EXCLUDED = "excluded for this job for a while: it was handed back or lost here"
 _KEPT_PROFILES = 16_384
 
 

@@ -502,10 +502,15 @@ class AsyncTrainHubClient:
         job = await self.get_job(name, namespace)
         loop = asyncio.get_running_loop()
         stop_at = loop.time() + (timeout if follow else _LOGS_TIMEOUT)
-        while job.cluster is None or job.phase in (None, JobPhase.QUEUED):
+        while job.cluster is None or job.phase in (None, JobPhase.QUEUED, JobPhase.SUSPENDED):
             if not follow or job.finished or loop.time() >= stop_at:
                 state = job.phase.value if job.phase else "submitted"
-                raise LogsUnavailableError(f"job {job.key} is {state}: it runs on no cluster")
+                where = (
+                    "its pods are deleted until it is resumed"
+                    if job.phase == JobPhase.SUSPENDED and job.cluster is not None
+                    else "it runs on no cluster"
+                )
+                raise LogsUnavailableError(f"job {job.key} is {state}: {where}")
             await follower.changed(min(1.0, stop_at - loop.time()))
             job = await self.get_job(name, namespace)
         request_ = LogsRequested(

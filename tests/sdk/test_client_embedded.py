@@ -118,6 +118,8 @@ async def test_failure_timeout_suspend_and_resume(
     await client.suspend_job("long")
     await client.wait_for_job_conditions("long", expected_conditions={"Suspended"}, timeout=20)
     assert (await client.get_job("long")).phase == JobPhase.SUSPENDED
+    with pytest.raises(LogsUnavailableError, match="pods are deleted until it is resumed"):
+        await client.get_job_logs("long")
     await client.resume_job("long")
     await client.wait_for_job_conditions("long", expected_conditions={"Running"}, timeout=20)
     with pytest.raises(ValueError, match="expected_conditions"):
