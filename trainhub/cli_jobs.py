@@ -521,8 +521,7 @@ def logs(
     """Print a job's pod logs, fetched by the worker of whichever cluster runs it.
 
     Exit codes: 0 printed; 1 the job runs nowhere yet (or is suspended) or its worker did
-    not answer; 2
-    connection error; 3 no such job."""
+    not answer; 2 connection error; 3 no such job."""
 
     async def work(client: AsyncTrainHubClient) -> None:
         found = await client.get_job(job, namespace)
