@@ -380,7 +380,9 @@ class AsyncTrainHubClient:
         are not on the bus, `job.status.replicaStatuses` counts them per replica type.
         `JobPodsUnknownError` when the topic no longer holds the job's document; a
         `replica_type` that no kind has is a `ValueError`, as upstream's."""
-        if replica_type is not None and replica_type.lower() not in _REPLICA_TYPES:
+        if replica_type is not None and (
+            not isinstance(replica_type, str) or replica_type.lower() not in _REPLICA_TYPES
+        ):
             raise ValueError(
                 f"replica_type {replica_type!r} is none of the Kubeflow replica types "
                 f"({', '.join(sorted(_REPLICA_TYPES))})"
@@ -496,8 +498,10 @@ class AsyncTrainHubClient:
         placed yet is waited for); without, what the pods wrote so far.
 
         `LogsUnavailableError` when the job runs nowhere or its worker cannot answer."""
-        if tail_lines is not None and tail_lines < 0:
-            raise ValueError(f"tail_lines must be 0 or more (got {tail_lines})")
+        if tail_lines is not None and (
+            not isinstance(tail_lines, int) or isinstance(tail_lines, bool) or tail_lines < 0
+        ):
+            raise ValueError(f"tail_lines: a number of lines, 0 or more (got {tail_lines!r})")
         bus, follower = await self._connected()
         job = await self.get_job(name, namespace)
         loop = asyncio.get_running_loop()
@@ -594,6 +598,8 @@ class AsyncTrainHubClient:
     async def list_clusters(self, window: float = 30.0) -> list[ClusterSnapshot]:
         """The newest heartbeat of every member cluster, by name; one that two worker
         processes reported in turns within `window` seconds is unhealthy, with the reason."""
+        if isinstance(window, bool) or not isinstance(window, int | float) or not window >= 0:
+            raise ValueError(f"window: seconds, 0 or more (got {window!r})")
         bus, _ = await self._connected()
         clusters = await read_clusters(bus, self.topics, window)
         return [clusters[name] for name in sorted(clusters)]
@@ -614,6 +620,19 @@ class AsyncTrainHubClient:
         as `event.position` gives them. A pipeline keeps `positions[p] = offset` with what it
         handled and passes that dict after a restart: nothing is lost, nothing repeated.
         Without `follow` the stream ends at the end of the topic."""
+        if from_time is not None and (
+            isinstance(from_time, bool) or not isinstance(from_time, datetime | int | float)
+        ):
+            raise ValueError(
+                f"from_time: a datetime or seconds since the epoch (got {from_time!r})"
+            )
+        if from_offset is not None and (
+            not isinstance(from_offset, Mapping)
+            or not all(_whole(p) and _whole(o) for p, o in from_offset.items())
+        ):
+            raise ValueError(
+                f"from_offset: partition -> offset, as event.position gives (got {from_offset!r})"
+            )
         bus, _ = await self._connected()
         view = await self._fresh()
         uids = {self._resolve(view, job, namespace)} if job is not None else None
@@ -805,6 +824,13 @@ class _LoopThread:
         if threading.current_thread() is not self._thread:
             self._thread.join()
             self.loop.close()
+
+
+def _whole(value: object) -> bool:
+    """An int, or its digits as JSON keys bring them back (positions saved with json)."""
+    if isinstance(value, str):
+        return value.isdigit()
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _running(stream: AsyncGenerator[Any, None]) -> bool:

@@ -324,6 +324,16 @@ async def test_wrong_argument_types_are_value_errors(sim: AsyncTrainHubClient) -
     for timeout in (None, float("nan")):
         with pytest.raises(ValueError, match="timeout: seconds to wait"):
             await client.wait_for_job_conditions("waited", timeout=timeout)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="replica_type 1 is none"):
+        await client.get_job_pods("waited", replica_type=1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="tail_lines: a number of lines"):
+        await client.get_job_logs("waited", tail_lines="5")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="window: seconds"):
+        await client.list_clusters(window="x")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="from_time: a datetime"):
+        await anext(client.stream(from_time="2020-01-01"))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="from_offset: partition -> offset"):
+        await anext(client.stream(from_offset={"x": "y"}))  # type: ignore[dict-item]
 
 
 def test_sdk_errors_are_what_upstreams_callers_catch() -> None:
