@@ -333,7 +333,7 @@ async def test_wrong_argument_types_are_value_errors(sim: AsyncTrainHubClient) -
     with pytest.raises(ValueError, match="from_time: a datetime"):
         await anext(client.stream(from_time="2020-01-01"))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="from_offset: partition -> offset"):
-        await anext(client.stream(from_offset={"x": "y"}))  # type: ignore[dict-item]
+        await anext(client.stream(from_offset={"x": "y"}))  # type: ignore[arg-type]
 
 
 def test_sdk_errors_are_what_upstreams_callers_catch() -> None:
