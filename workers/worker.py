@@ -241,7 +241,7 @@ class Worker:
             if run is not None and (ended is None or ended < run.attempt):
                 continue  # its assignment left the topic's retention: not a revocation
             log.warning("deleting objects of a job not assigned here", extra=self._extra(uid))
-            await self.backend.delete_job(uid)
+            await self.backend.delete_job(uid, run.job.metadata.namespace if run else None)
             if run is not None:
                 self._forget(run)
         self._export_jobs()
@@ -393,7 +393,7 @@ class Worker:
             return
         if known is not None:
             # Deleted before forgotten: a retry after a transient refusal deletes again.
-            await self.backend.delete_job(assigned.uid)
+            await self.backend.delete_job(assigned.uid, known.job.metadata.namespace)
             self._forget(known)
         job = parse_job(assigned.job)
         rendered = render_job(
@@ -427,7 +427,7 @@ class Worker:
         self._unprepared.discard(uid)
         log.error("the cluster refused the job: %s", error, extra=self._extra(uid))
         try:
-            await self.backend.delete_job(uid)
+            await self.backend.delete_job(uid, run.job.metadata.namespace)
         except BackendError as cleanup:
             log.error("cannot delete the job's objects: %s", cleanup, extra=self._extra(uid))
         message = f"{run.kind} {run.name} cannot run on {self.cluster}: {error}"
@@ -437,9 +437,21 @@ class Worker:
         run = self.runs.get(revoked.uid)
         if run is not None and run.attempt > revoked.attempt:
             return
+        namespace = None
         if run is not None:
+            namespace = run.job.metadata.namespace
             self._forget(run)
-        await self.backend.delete_job(revoked.uid)
+        try:
+            await self.backend.delete_job(revoked.uid, namespace)
+        except BackendError as error:
+            if error.transient:
+                raise
+            # Refused for good (say, an identity that may not list where it would have to
+            # look): said, and the revocation done with; dying on it would only replay it.
+            log.error(
+                "cannot delete the revoked job's objects: %s", error, extra=self._extra(revoked.uid)
+            )
+            return
         log.info("revoked: %s", revoked.reason, extra=self._extra(revoked.uid))
 
     async def _suspend(self, ref: JobRef) -> None:
@@ -634,7 +646,7 @@ class Worker:
         if expiry is None or run.clock() < expiry:
             self._arm(run)
             return
-        await self.backend.delete_job(uid)
+        await self.backend.delete_job(uid, run.job.metadata.namespace)
         self._forget(run)
         log.info("deleted after ttlSecondsAfterFinished", extra=self._extra(uid))
 
@@ -718,7 +730,7 @@ class Worker:
         async with self._locks.job(uid):
             if self.runs.get(uid) is not run:
                 return
-            await self.backend.delete_job(uid)
+            await self.backend.delete_job(uid, run.job.metadata.namespace)
             self._forget(run)
             back = JobHandedBack(uid=uid, cluster=self.cluster, attempt=run.attempt, reason=reason)
             await publish_payload(

@@ -296,3 +296,25 @@ async def test_watch_relists_after_410_gone_and_misses_nothing(
         await backend.delete_job(first.job.uid)
         await backend.delete_job(second.job.uid)
         await backend.close()
+
+
+async def test_a_worker_without_namespaces_deletes_a_known_jobs_objects_where_they_are(
+    east: MemberCluster, east_backend: KubeBackend
+) -> None:
+    # Run without --namespace, a worker whose identity is bound to some namespaces may not
+    # list every namespace; told the job's namespace, its revocation still finds the objects.
+    rendered = _rendered(_long_running(jax_job("kube-scoped", workers=1, cpu="100m")))
+    uid = rendered.job.uid
+    await _create(east_backend, rendered)
+    everywhere = KubeBackend(
+        east.worker_kubeconfig, cluster=east.name, context=east.worker_context, namespaces=None
+    )
+    await everywhere.start()
+    try:
+        with pytest.raises(KubeForbidden, match="may not list"):
+            await everywhere.delete_job(uid)
+        await everywhere.delete_job(uid, "default")
+        assert await job_objects(east, "pods", uid) == []
+        assert await job_objects(east, "services", uid) == []
+    finally:
+        await everywhere.close()

@@ -70,9 +70,9 @@ class OutageSim(SimBackend):
         await self._call("job_uids")
         return await super().job_uids()
 
-    async def delete_job(self, job_uid: str) -> None:
+    async def delete_job(self, job_uid: str, namespace: str | None = None) -> None:
         await self._call("delete_job")
-        await super().delete_job(job_uid)
+        await super().delete_job(job_uid, namespace)
 
     async def create_service(self, job_uid: str, service: ServicePlan) -> None:
         await self._call("create_service")
@@ -171,6 +171,21 @@ async def test_a_heartbeat_refused_for_good_still_stops_the_worker() -> None:
         assert crashed is not None
         error = await asyncio.wait_for(crashed, 5)
         assert isinstance(error, Denied) and "capacity: forbidden" in str(error)
+
+
+async def test_a_revocation_the_cluster_refuses_for_good_is_said_and_the_worker_goes_on() -> None:
+    # E.g. an identity bound to some namespaces, run without --namespace: dying on it
+    # replayed the same revocation at every restart.
+    backend = OutageSim()
+    async with running(backend, fast()) as h:
+        moved, stays = await _two_running_jobs(h)
+        backend.denied.add("delete_job")
+        await h.revoke(moved)
+        await h.until(lambda: moved not in h.worker.runs)
+        backend.denied.discard("delete_job")
+        after = await h.assign(jax("after", workers=1, duration="0.1s"))
+        await h.until_phase(after, JobPhase.SUCCEEDED)
+        assert alive(h) and stays in h.worker.runs
 
 
 # -- work in hand ---------------------------------------------------------------------------

@@ -97,8 +97,9 @@ class Backend(abc.ABC):
         observation of the deleted pod arrives once this returns (local and sim)."""
 
     @abc.abstractmethod
-    async def delete_job(self, job_uid: str) -> None:
-        """Delete every object labelled with the job's uid."""
+    async def delete_job(self, job_uid: str, namespace: str | None = None) -> None:
+        """Delete every object labelled with the job's uid; `namespace`: where they are, when
+        known (an identity that may not list every namespace still finds them there)."""
 
     @abc.abstractmethod
     async def capacity(self) -> Capacity: ...

@@ -288,12 +288,15 @@ class KubeBackend(Backend):
         await self._delete(job_uid, "pods", namespace, name)
         await self._delete(job_uid, "services", namespace, name)
 
-    async def delete_job(self, job_uid: str) -> None:
+    async def delete_job(self, job_uid: str, namespace: str | None = None) -> None:
         selector = f"{LABEL_JOB_UID}={job_uid}"
+        # The job's own namespace when known: a worker without --namespace lists every
+        # namespace, which an identity bound to some namespaces may not do.
+        within = [namespace] if namespace is not None and self.namespaces is None else None
         targets = [
             (resource, obj)
             for resource in _JOB_RESOURCES
-            for obj in await self._list_ours(resource, selector)
+            for obj in await self._list_ours(resource, selector, within)
         ]
         limit = asyncio.Semaphore(_DELETE_CONCURRENCY)
 
@@ -309,8 +312,11 @@ class KubeBackend(Backend):
             del self._known[key]
         log.info("deleted %d objects", len(targets), extra=self._extra(job_uid))
 
-    async def _list_ours(self, resource: str, selector: str) -> list[dict[str, Any]]:
-        """Our objects of one kind matching `selector`, in the allowed namespaces."""
+    async def _list_ours(
+        self, resource: str, selector: str, within: list[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """Our objects of one kind matching `selector`, in the allowed namespaces (or only
+        `within` these)."""
         core, rbac = self.api.core, self.api.rbac
         items: list[dict[str, Any]] = []
         everywhere, namespaced = {
@@ -330,10 +336,11 @@ class KubeBackend(Backend):
                 rbac.list_namespaced_role_binding,
             ),
         }[resource]
-        if self.namespaces is None:
+        namespaces = within if within is not None else self.namespaces
+        if namespaces is None:
             reply = await self.api.call("list", resource, None, everywhere, label_selector=selector)
             return list(reply.get("items") or [])
-        for namespace in self.namespaces:
+        for namespace in namespaces:
             reply = await self.api.call(
                 "list", resource, namespace, namespaced, namespace, label_selector=selector
             )

@@ -242,7 +242,7 @@ class LocalBackend(Backend):
             self._unbind(key, pod)
             await self._stop_process(pod)
 
-    async def delete_job(self, job_uid: str) -> None:
+    async def delete_job(self, job_uid: str, namespace: str | None = None) -> None:
         for key in [k for k, p in self._pods.items() if p.job_uid == job_uid]:
             namespace, name = key.split("/", 1)
             await self.delete_pod(job_uid, name, namespace)

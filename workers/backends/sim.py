@@ -133,7 +133,7 @@ class SimBackend(Backend):
             self._bind_pending()
         self._services.pop(key, None)
 
-    async def delete_job(self, job_uid: str) -> None:
+    async def delete_job(self, job_uid: str, namespace: str | None = None) -> None:
         for key in [k for k, p in self._pods.items() if p.job_uid == job_uid]:
             namespace, name = key.split("/", 1)
             await self.delete_pod(job_uid, name, namespace)
