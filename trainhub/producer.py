@@ -27,6 +27,7 @@ from schemas.events import (
 )
 from schemas.job_parsing import job_uid_of
 from schemas.status import ALREADY_EXISTS
+from trainhub.sdk_view import StatusView
 
 SOURCE = "trainhub/producer"
 
@@ -114,7 +115,10 @@ async def latest_status(
     bus: Bus, topics: Topics, uids: set[str]
 ) -> tuple[JobStatusUpdate, datetime] | None:
     """The newest status update of any of `uids` on the status topic (read to its end), and
-    when it was published."""
+    when it was published. Updates count as the hub counts them: a late one from a placement
+    the hub revoked (the job runs elsewhere now), or an answer to a refused submission, is
+    not the job's status."""
+    view = StatusView()
     latest: tuple[JobStatusUpdate, datetime] | None = None
     async for event in events_to_end(bus, topics.status, keys=uids):
         if event.type == EventType.JOB_STATUS:
@@ -122,7 +126,9 @@ async def latest_status(
                 update = event.data_as(JobStatusUpdate)
             except ValueError:
                 continue
-            if update.reason != ALREADY_EXISTS:  # an answer to a refused submission
+            if update.reason == ALREADY_EXISTS:  # an answer to a refused submission
+                continue
+            if view.apply(update, event.source, event.time):
                 latest = update, event.time
     return latest
 

@@ -9,12 +9,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from bus.base import TopicPartition, TopicSpec
+from bus.events import publish_event
 from bus.memory import MemoryBus
-from schemas.events import JobStatusUpdate, LogsRequested
+from bus.topics import Topics
+from schemas.events import EventType, JobStatusUpdate, LogsRequested, make_event
 from schemas.status import JobPhase, JobStatus
 from tests.helpers import jax_job
 from trainhub.embedded import Embedded, EmbeddedOptions
-from trainhub.producer import LogsUnanswered, request_logs, submit_document
+from trainhub.producer import LogsUnanswered, latest_status, request_logs, submit_document
 from trainhub.sdk_view import StatusView
 from workers.cluster_spec import parse_cluster_spec
 from workers.log_requests import last_lines
@@ -120,3 +122,25 @@ async def test_worker_answers_log_requests_and_drops_expired_ones() -> None:
                 system.bus, system.topics, "solo", ask(uid, past), answer_timeout=0.5
             ):
                 pass
+
+
+async def test_the_status_command_ignores_a_revoked_placements_late_news() -> None:
+    # `trainhub status` reads the newest status; one from a placement the hub took back
+    # (the job runs on west now) is not the job's, as the hub and `get jobs` agree.
+    bus = MemoryBus()
+    await bus.start()
+    topics = Topics(prefix="late")
+    await bus.create_topics(topics.shared_specs())
+    east, west = "trainhub/worker/east", "trainhub/worker/west"
+    sequence = [
+        (HUB, _update(JobPhase.ASSIGNED, cluster="east", attempt=1, submission="s1")),
+        (HUB, _update(JobPhase.ASSIGNED, cluster="west", attempt=2, submission="s1")),
+        (west, _update(JobPhase.RUNNING, cluster="west", attempt=2, sequence=5)),
+        (east, _update(JobPhase.CREATED, cluster="east", attempt=1, sequence=9)),
+    ]
+    for source, update in sequence:
+        event = make_event(EventType.JOB_STATUS, source, update.uid, update)
+        await publish_event(bus, topics.status, update.uid, event)
+    found = await latest_status(bus, topics, {"u1"})
+    assert found is not None
+    assert (found[0].phase, found[0].cluster, found[0].attempt) == (JobPhase.RUNNING, "west", 2)
