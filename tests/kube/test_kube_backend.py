@@ -24,7 +24,7 @@ from tests.kube.sandbox_access import (
 from trainhub.sandbox.kube_cluster import KubeSandbox, MemberCluster
 from workers.backends.base import Capacity
 from workers.backends.kube import KubeBackend
-from workers.backends.kube_client import KubeForbidden
+from workers.backends.kube_client import KubeConflict, KubeForbidden
 from workers.rendering import (
     LABEL_JOB_NAME,
     LABEL_JOB_UID,
@@ -318,3 +318,28 @@ async def test_a_worker_without_namespaces_deletes_a_known_jobs_objects_where_th
         assert await job_objects(east, "services", uid) == []
     finally:
         await everywhere.close()
+
+
+async def test_a_foreign_pod_with_a_replicas_name_is_not_adopted(
+    east: MemberCluster, east_backend: KubeBackend
+) -> None:
+    rendered = _rendered(_long_running(jax_job("kube-clash", workers=1, cpu="100m")))
+    pod = rendered.pods[0]
+    foreign = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": pod.name, "namespace": "default", "labels": {"app": "someone"}},
+        "spec": {"containers": [{"name": "c", "image": "example/other:1"}]},
+    }
+    status, reply = await admin_request(east, "POST", "/api/v1/namespaces/default/pods", foreign)
+    assert status == 201, reply
+    try:
+        with pytest.raises(KubeConflict, match="exists and is not this job's"):
+            await east_backend.create_pod(rendered.job.uid, pod)
+        # Its own objects again are still an idempotent create.
+        ours = _rendered(_long_running(jax_job("kube-ours", workers=1, cpu="100m")))
+        await east_backend.create_pod(ours.job.uid, ours.pods[0])
+        await east_backend.create_pod(ours.job.uid, ours.pods[0])
+        await east_backend.delete_job(ours.job.uid)
+    finally:
+        await admin_request(east, "DELETE", f"/api/v1/namespaces/default/pods/{pod.name}")

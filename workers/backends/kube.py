@@ -254,6 +254,8 @@ class KubeBackend(Backend):
             log.debug(
                 "%s %s/%s exists already", resource, namespace, name, extra=self._extra(job_uid)
             )
+            if resource in ("pods", "services"):  # what would pass for a replica
+                await self._check_ours(job_uid, resource, namespace, name)
         except KubeError as error:
             log.error(
                 "cannot create %s %s/%s: %s",
@@ -264,6 +266,28 @@ class KubeBackend(Backend):
                 extra=self._extra(job_uid),
             )
             raise
+
+    async def _check_ours(self, job_uid: str, resource: str, namespace: str, name: str) -> None:
+        """A pod or service of that name exists: it must be this job's (created earlier, an
+        idempotent create), not someone else's, which would pass for one of the job's replicas
+        for as long as it lives; upstream's operator does not adopt what it does not control.
+        (A ServiceAccount the user named for an MPI launcher may well exist: not checked.)"""
+        core = self.api.core
+        method = core.read_namespaced_pod if resource == "pods" else core.read_namespaced_service
+        try:
+            found = await self.api.call("get", resource, namespace, method, name, namespace)
+        except (KubeForbidden, KubeNotFound):
+            return  # cannot tell (or gone meanwhile): as before, taken as ours
+        labels = (found.get("metadata") or {}).get("labels") or {}
+        owner = labels.get(LABEL_JOB_UID)
+        if owner != job_uid:
+            whose = f"job uid {owner}" if owner else "not trainhub's"
+            raise KubeConflict(
+                f"{resource} {namespace}/{name} exists and is not this job's ({whose}): "
+                "trainhub does not adopt it; delete it or rename the job",
+                409,
+                "AlreadyExists",
+            )
 
     async def _delete(self, job_uid: str, resource: str, namespace: str, name: str) -> None:
         core, rbac = self.api.core, self.api.rbac
