@@ -19,7 +19,7 @@ from dispatcher.hub import Hub, HubConfig
 from dispatcher.placement_config import PlacementConfig
 from schemas.events import JobStatusUpdate
 from trainhub.producer import follow_status, submit_document
-from workers.backends.base import Backend
+from workers.backends.base import Backend, PodLogsUnavailable
 from workers.backends.local import LocalBackend
 from workers.backends.sim import SimBackend
 from workers.cluster_spec import ClusterSpec, parse_cluster_spec
@@ -189,4 +189,10 @@ class Embedded:
         run = worker.runs.get(update.uid) if worker else None
         if worker is None or run is None:
             return {}
-        return {name: await worker.backend.pod_logs(update.uid, name) for name in run.pods}
+        logs = {}
+        for name in run.pods:
+            try:
+                logs[name] = await worker.backend.pod_logs(update.uid, name)
+            except PodLogsUnavailable as unavailable:
+                logs[name] = f"({unavailable})"
+        return logs

@@ -13,7 +13,7 @@ from bus.base import Bus
 from bus.events import publish_event
 from bus.topics import Topics
 from schemas.events import EventType, LogsChunk, LogsRequested, make_event
-from workers.backends.base import Backend
+from workers.backends.base import Backend, PodLogsUnavailable
 from workers.job_run import JobRun
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,15 @@ class LogRequests:
         left = (request.deadline - datetime.now(UTC)).total_seconds()
         stop_at = loop.time() + min(left, self._max_follow)
         sent = {pod: 0 for pod in pods}
-        await self._send_new(request, reply, sent, tail=request.tail_lines)
+        missing: dict[str, str] = {}
+        await self._send_new(request, reply, sent, missing, tail=request.tail_lines)
+        if len(missing) == len(pods):
+            # Not one pod's log can be read (gone, or a node serving none): that is the
+            # answer, an error, rather than nothing or the reasons passed off as log text.
+            await reply.finish(error="; ".join(missing[pod] for pod in pods))
+            return
+        for reason in missing.values():
+            log.warning("%s", reason, extra=self._extra(request))
         if reply.seq == 0:
             await reply.send(None, "")  # an acknowledgement: the requester knows we are on it
         while request.follow:
@@ -105,7 +113,7 @@ class LogRequests:
                 if remaining <= 0:
                     break
                 await asyncio.sleep(min(self._interval, remaining))
-            await self._send_new(request, reply, sent, tail=None)
+            await self._send_new(request, reply, sent, {}, tail=None)
             if finished:
                 break
         await reply.finish()
@@ -115,12 +123,22 @@ class LogRequests:
         return run is None or run.finished or run.suspended
 
     async def _send_new(
-        self, request: LogsRequested, reply: _Reply, sent: dict[str, int], *, tail: int | None
+        self,
+        request: LogsRequested,
+        reply: _Reply,
+        sent: dict[str, int],
+        missing: dict[str, str],
+        *,
+        tail: int | None,
     ) -> None:
         """Send what each pod wrote since the last read (a log that shrank belongs to a
-        restarted pod: it is sent whole)."""
+        restarted pod: it is sent whole); `missing` gets why a pod's log cannot be read."""
         for pod, offset in sent.items():
-            text = await self._backend.pod_logs(request.uid, pod)
+            try:
+                text = await self._backend.pod_logs(request.uid, pod)
+            except PodLogsUnavailable as unavailable:
+                missing[pod] = str(unavailable)
+                continue
             if len(text) < offset:
                 offset = 0
             sent[pod] = len(text)

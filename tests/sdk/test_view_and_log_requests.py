@@ -18,6 +18,7 @@ from tests.helpers import jax_job
 from trainhub.embedded import Embedded, EmbeddedOptions
 from trainhub.producer import LogsUnanswered, latest_status, request_logs, submit_document
 from trainhub.sdk_view import StatusView
+from workers.backends.base import PodLogsUnavailable
 from workers.cluster_spec import parse_cluster_spec
 from workers.log_requests import last_lines
 
@@ -144,3 +145,29 @@ async def test_the_status_command_ignores_a_revoked_placements_late_news() -> No
     found = await latest_status(bus, topics, {"u1"})
     assert found is not None
     assert (found[0].phase, found[0].cluster, found[0].attempt) == (JobPhase.RUNNING, "west", 2)
+
+
+async def test_a_log_request_no_pod_can_answer_ends_in_an_error_not_in_text() -> None:
+    options = EmbeddedOptions(clusters=[parse_cluster_spec("solo:cpu=4,memory=8Gi")], backend="sim")
+    async with Embedded(options) as system:
+        uid = await submit_document(system.bus, system.topics, jax_job("gone", duration="30s"))
+        backend = system.worker("solo").backend
+        for _ in range(100):
+            if uid in system.worker("solo").runs:
+                break
+            await asyncio.sleep(0.05)
+
+        async def unreadable(job_uid: str, name: str) -> str:
+            raise PodLogsUnavailable(f"no logs for default/{name} on solo: 404 NotFound")
+
+        backend.pod_logs = unreadable  # type: ignore[method-assign]
+        request = LogsRequested(
+            request_id=str(uuid.uuid4()),
+            uid=uid,
+            deadline=datetime.now(UTC) + timedelta(seconds=30),
+        )
+        chunks = [c async for c in request_logs(system.bus, system.topics, "solo", request)]
+        assert not [c for c in chunks if c.text]
+        assert chunks[-1].final and "no logs for default/gone-worker-0 on solo" in (
+            chunks[-1].error or ""
+        )

@@ -24,6 +24,10 @@ class BackendError(RuntimeError):
     transient: ClassVar[bool] = False
 
 
+class PodLogsUnavailable(BackendError):
+    """A pod's log cannot be read (the pod is gone, or the node serves no logs)."""
+
+
 @dataclass(frozen=True)
 class PodObservation:
     job_uid: str

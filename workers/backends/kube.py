@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bus.aiotasks import TaskOwner
-from workers.backends.base import Backend, Capacity
+from workers.backends.base import Backend, Capacity, PodLogsUnavailable
 from workers.backends.kube_capacity import TERMINAL_PHASES, job_uid_of, node_snapshots
 from workers.backends.kube_client import (
     KubeApi,
@@ -449,7 +449,9 @@ class KubeBackend(Backend):
                 **options,
             )
         except KubeError as error:
-            return f"[kube] no logs for {namespace}/{name} on {self.cluster}: {error}\n"
+            raise PodLogsUnavailable(
+                f"no logs for {namespace}/{name} on {self.cluster}: {error}"
+            ) from error
 
 
 async def _both(first: Coroutine[Any, Any, _A], second: Coroutine[Any, Any, _B]) -> tuple[_A, _B]:
