@@ -501,7 +501,7 @@ class AsyncTrainHubClient:
         if tail_lines is not None and (
             not isinstance(tail_lines, int) or isinstance(tail_lines, bool) or tail_lines < 0
         ):
-            raise ValueError(f"tail_lines: a number of lines, 0 or more (got {tail_lines!r})")
+            raise ValueError(f"tail_lines must be 0 or more lines (got {tail_lines!r})")
         bus, follower = await self._connected()
         job = await self.get_job(name, namespace)
         loop = asyncio.get_running_loop()

@@ -326,7 +326,7 @@ async def test_wrong_argument_types_are_value_errors(sim: AsyncTrainHubClient) -
             await client.wait_for_job_conditions("waited", timeout=timeout)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="replica_type 1 is none"):
         await client.get_job_pods("waited", replica_type=1)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="tail_lines: a number of lines"):
+    with pytest.raises(ValueError, match="tail_lines must be 0 or more lines"):
         await client.get_job_logs("waited", tail_lines="5")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="window: seconds"):
         await client.list_clusters(window="x")  # type: ignore[arg-type]
