@@ -69,7 +69,8 @@ class LabelRequirement:
         return number > bound if op == "Gt" else number < bound
 
     def __str__(self) -> str:
-        listed = ",".join(sorted(self.values))
+        # An empty value (from `key=` or `key!=`) is shown as "", not as an empty set.
+        listed = ",".join(v or '""' for v in sorted(self.values))
         return {
             "In": f"{self.key} in ({listed})",
             "NotIn": f"{self.key} notin ({listed})",

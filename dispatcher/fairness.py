@@ -64,6 +64,11 @@ def in_flight_by_queue(records: Iterable[JobRecord], config: FairnessConfig) -> 
     return Counter(config.queue_of(r) for r in records if r.phase in IN_FLIGHT_PHASES)
 
 
+def _arrival(record: JobRecord) -> tuple[float, float]:
+    """Submitted first, first in its queue (then, as the hub read them)."""
+    return record.submitted_at, record.queued_at
+
+
 def admission_order(
     records: Iterable[JobRecord],
     in_flight: Mapping[str, int],
@@ -79,7 +84,7 @@ def admission_order(
     """
     served = last_served or {}
     by_priority: dict[int, dict[str, list[JobRecord]]] = {}
-    for record in sorted(records, key=lambda r: r.queued_at):
+    for record in sorted(records, key=_arrival):
         queues = by_priority.setdefault(config.priority_of(record), {})
         queues.setdefault(config.queue_of(record), []).append(record)
     slots = {
@@ -91,7 +96,7 @@ def admission_order(
     held: list[tuple[JobRecord, str | None]] = []
     for priority in sorted(by_priority, reverse=True):
         queues = by_priority[priority]
-        turn = sorted(queues, key=lambda q: (served.get(q, -1), queues[q][0].queued_at, q))
+        turn = sorted(queues, key=lambda q: (served.get(q, -1), _arrival(queues[q][0]), q))
         depth = max(len(jobs) for jobs in queues.values())
         for round_ in range(depth):
             for queue in turn:

@@ -312,9 +312,20 @@ class Hub:
             return
         # A new run of a deleted job keeps counting attempts, so that no worker mistakes its
         # assignment for a redelivery of the old run's.
-        await self._admit(job, event.id, previous_attempts=known.attempt if known else 0)
+        await self._admit(
+            job,
+            event.id,
+            previous_attempts=known.attempt if known else 0,
+            submitted_at=event.time.timestamp(),
+        )
 
-    async def _admit(self, job: AnyJob, submission: str, previous_attempts: int = 0) -> None:
+    async def _admit(
+        self,
+        job: AnyJob,
+        submission: str,
+        previous_attempts: int = 0,
+        submitted_at: float = 0.0,
+    ) -> None:
         if not job.run_policy.managed_by_trainhub:
             manager = job.run_policy.managedBy or "kubeflow.org/training-operator (unset)"
             record = JobRecord.of(job, JobPhase.SKIPPED)
@@ -338,6 +349,7 @@ class Hub:
         held = bool(job.run_policy.suspend)
         record = JobRecord.of(job, JobPhase.SUSPENDED if held else JobPhase.QUEUED)
         record.submission = submission
+        record.submitted_at = submitted_at
         record.attempt = previous_attempts
         _note(record, ConditionType.CREATED, "Created")
         if held:
@@ -479,11 +491,11 @@ class Hub:
         update = event.data_as(JobStatusUpdate)
         if event.source == self.config.source:
             if self._replaying:
-                self._replay_own(update)
+                self._replay_own(update, event.time.timestamp())
             return
         self._apply_worker_status(update)
 
-    def _replay_own(self, update: JobStatusUpdate) -> None:
+    def _replay_own(self, update: JobStatusUpdate, published_at: float) -> None:
         """Re-apply a decision this hub (or its predecessor) published."""
         if update.reason == ALREADY_EXISTS:
             return  # an answer to a refused duplicate, not a change of the job
@@ -493,7 +505,11 @@ class Hub:
                 job = parse_job(update.job)
             except JobInvalid:
                 return
+            same_run = record is not None and record.submission == update.submission
+            # The run's first status (Queued) stands for its submission time.
+            submitted_at = record.submitted_at if same_run and record else published_at
             record = JobRecord.of(job, update.phase)
+            record.submitted_at = submitted_at
             self.ledger.put(record)
         elif record is None:
             record = JobRecord(

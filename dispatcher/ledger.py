@@ -30,6 +30,10 @@ class JobRecord:
     status: JobStatus | None = None
     decision: PlacementDecision | None = None
     queued_at: float = field(default_factory=time.monotonic)
+    submitted_at: float = 0.0
+    """When the job was submitted (its event's time, seconds since the epoch): its place in
+    its queue. Jobs on different partitions of the jobs topic are read in no set order, so
+    the time the hub read one says nothing of who came first."""
     excluded: dict[str, float] = field(default_factory=dict)
     """Clusters this job must avoid, until a monotonic time (after failing there)."""
     submission: str | None = None

@@ -229,3 +229,10 @@ def test_an_mpi_launcher_without_requests_still_needs_its_delivery_init_containe
         "requests": {"cpu": "100m", "memory": "512Mi"},
         "limits": {"cpu": "100m", "memory": "512Mi"},
     }
+
+
+def test_an_empty_label_value_reads_as_one_in_the_refusal() -> None:
+    (equal,) = parse_label_selector("region=")
+    (unequal,) = parse_label_selector("region!=")
+    assert (str(equal), str(unequal)) == ('region in ("")', 'region notin ("")')
+    assert equal.matches({"region": ""}) and not equal.matches({})

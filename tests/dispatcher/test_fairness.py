@@ -4,16 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from bus.memory import MemoryBus
+from bus.topics import Topics
 from dispatcher.fairness import (
     FairnessConfig,
     QueueTurns,
     admission_order,
     in_flight_by_queue,
 )
+from dispatcher.hub import Hub, HubConfig
 from dispatcher.ledger import JobRecord
+from dispatcher.placement_config import PlacementConfig
 from schemas.job_parsing import parse_job
 from schemas.status import JobPhase
-from tests.helpers import jax_job
+from tests.helpers import cluster, jax_job, node, publish_heartbeat, until
+from trainhub.producer import submit_document
 
 
 def record(
@@ -107,3 +112,35 @@ def test_a_limit_counts_the_jobs_offered_in_the_same_pass() -> None:
         "queue 'q' is at its limit of 2 jobs in flight (1 running or assigned, 1 offered in "
         "this pass)"
     )
+
+
+async def test_a_queue_offers_its_jobs_in_submission_order_across_partitions() -> None:
+    # Read from three partitions, the jobs reach the hub in an order of the partitions'
+    # making; the queue (limit 1) must still offer a1, submitted first, before a2 and a3.
+    bus = MemoryBus()
+    await bus.start()
+    topics = Topics(prefix="order")
+    await bus.create_topics(topics.shared_specs())
+    uids = {}
+    for name in ("a1", "a2", "a3"):
+        doc = jax_job(name, workers=1)
+        doc["spec"]["runPolicy"]["schedulingPolicy"] = {"queue": "qa"}
+        uids[name] = await submit_document(bus, topics, doc)
+    partitions = {r.key: r.partition for r in bus.records(topics.jobs)}
+    assert len(set(partitions.values())) > 1, "the jobs must be spread over partitions"
+    placement = PlacementConfig.from_dict({"queue_limits": {"qa": 1}})
+    hub = Hub(bus, topics, HubConfig(schedule_interval=0.05, placement=placement))
+    await publish_heartbeat(bus, topics, cluster("east", node("n1", cpu="64", memory="256Gi")))
+    await hub.start()
+    try:
+        await until(lambda: hub.ledger.count(JobPhase.ASSIGNED) == 1)
+        record = hub.ledger.get(uids["a1"])
+        assert record is not None and record.phase == JobPhase.ASSIGNED
+    finally:
+        await hub.stop()
+
+
+def test_submission_time_orders_a_queue_whatever_the_reading_order() -> None:
+    late, early = record("late", 1, "q"), record("early", 2, "q")
+    late.submitted_at, early.submitted_at = 200.0, 100.0
+    assert names(admission_order([late, early], {}, CONFIG)) == ["early", "late"]

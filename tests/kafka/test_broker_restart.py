@@ -241,25 +241,32 @@ def test_sigterm_stops_hub_and_worker_promptly_and_cleanly_without_a_broker(
             "worker-waiting", ["worker", *common, "--cluster", "w", "--backend", "sim"], tmp_path
         ),
     ]
-    for process in waiting:
-        _wait_for_line(process, "Kafka unavailable", 30)
-        started = time.monotonic()
-        assert process.terminate() == 0, process.log()[-2000:]
-        assert time.monotonic() - started < 5
+    try:
+        for process in waiting:
+            _wait_for_line(process, "Kafka unavailable", 30)
+            started = time.monotonic()
+            assert process.terminate() == 0, process.log()[-2000:]
+            assert time.monotonic() - started < 5
+    finally:
+        for process in waiting:
+            process.terminate()  # on failure too: no process outlives the test
     common = ["--bootstrap", own_broker.current.bootstrap, "--topic-prefix", "gone"]
     running = [
         Process("hub-gone", ["hub", *common, "--heartbeat-interval", "0.5"], tmp_path),
         sim_worker("gone", common, tmp_path),
     ]
-    settings = KafkaSettings(bootstrap=own_broker.current.bootstrap)
-    asyncio.run(_until_the_worker_reports(settings, Topics(prefix="gone")))
-    stop_kafka(own_broker.current)
-    time.sleep(3)
-    for process in running:
-        started = time.monotonic()
-        code = process.terminate(timeout=30)
-        log = process.log()
-        assert code == 0, log[-3000:]
-        assert "Traceback" not in log and "Unclosed AIOKafka" not in log, log[-3000:]
-        assert time.monotonic() - started < 15
-    own_broker.current = start_kafka(tmp_path / "kafka-again")  # for the fixture to stop
+    try:
+        settings = KafkaSettings(bootstrap=own_broker.current.bootstrap)
+        asyncio.run(_until_the_worker_reports(settings, Topics(prefix="gone")))
+        stop_kafka(own_broker.current)  # the fixture's stop finds it gone
+        time.sleep(3)
+        for process in running:
+            started = time.monotonic()
+            code = process.terminate(timeout=30)
+            log = process.log()
+            assert code == 0, log[-3000:]
+            assert "Traceback" not in log and "Unclosed AIOKafka" not in log, log[-3000:]
+            assert time.monotonic() - started < 15
+    finally:
+        for process in running:
+            process.terminate()
