@@ -67,10 +67,17 @@ async def serve_until_signalled(
     finally:
         signalled.cancel()
         log.info("shutting down")
-        try:
-            await asyncio.wait_for(stop(), _CLOSE_TIMEOUT)
-        except TimeoutError:
-            log.warning("could not close cleanly within %.0fs (Kafka unreachable?)", _CLOSE_TIMEOUT)
+        await stop()
+
+
+async def close_bus(bus: Bus) -> None:
+    """The last flush and close, bounded: the graceful stop before it (handing work back,
+    stopping pods) takes what it takes, but a broker that is gone would hold this one for
+    aiokafka's whole request timeout."""
+    try:
+        await asyncio.wait_for(bus.close(), _CLOSE_TIMEOUT)
+    except TimeoutError:
+        log.warning("could not close cleanly within %.0fs (Kafka unreachable?)", _CLOSE_TIMEOUT)
 
 
 def check_metrics_port(settings: TrainhubSettings) -> None:
@@ -126,7 +133,7 @@ async def run_hub(settings: TrainhubSettings) -> None:
 
     async def stop() -> None:
         await hub.stop()
-        await bus.close()
+        await close_bus(bus)
 
     await serve_until_signalled(start, stop, lambda: hub.crashed)
 
@@ -169,7 +176,7 @@ async def run_worker(
 
     async def stop() -> None:
         await worker.stop()
-        await bus.close()
+        await close_bus(bus)
 
     await serve_until_signalled(start, stop, lambda: worker.crashed)
 
