@@ -21,8 +21,8 @@ from dispatcher.expiry import COMPLETED, Expiries
 from dispatcher.fairness import IN_FLIGHT_PHASES, QueueTurns
 from dispatcher.gang_fit import NodeRoom, gang_fit
 from dispatcher.heartbeat_feed import HeartbeatFeedClock
-from dispatcher.job_updates import UPDATED, update_problem
-from dispatcher.ledger import JobRecord, Ledger
+from dispatcher.job_updates import RUNNING_PHASES, UPDATED, update_problem
+from dispatcher.ledger import JobRecord, Ledger, queue_of
 from dispatcher.metrics import HubMetrics
 from dispatcher.placement import Placement, Placer, VersionedReservations
 from dispatcher.placement_config import PlacementConfig
@@ -49,9 +49,6 @@ from schemas.kubeflow import AnyJob
 from schemas.status import ALREADY_EXISTS, TTL_EXPIRED, ConditionType, JobPhase, JobStatus
 
 log = logging.getLogger(__name__)
-
-_RUNNING = (JobPhase.ASSIGNED, JobPhase.CREATED, JobPhase.RUNNING, JobPhase.RESTARTING)
-"""Phases of a job placed and not suspended: its worker runs it, or is about to."""
 
 # Phases in which a cluster is (or may soon be) running the job's pods.
 _PLACED = (
@@ -373,10 +370,8 @@ class Hub:
         dead-lettered with the reason and the job left as it was."""
         job = parse_job(event.data_as(JobUpdated).job)
         record = self.ledger.get(job.uid)
-        problem = (
-            update_problem(record.job, record.phase, job)
-            if record is not None
-            else update_problem(None, None, job)
+        problem = update_problem(
+            record.job if record else None, record.phase if record else None, job
         ) or self.placer.problem(job)
         if problem is not None:
             log.warning("update refused: %s", problem, extra={"job": job.uid, "event": event.id})
@@ -392,7 +387,7 @@ class Hub:
             self.reservations.release(record.uid)
             record.cluster, record.sequence = None, 0
         record.job = job
-        record.queue = JobRecord.of(job, record.phase).queue
+        record.queue = queue_of(job)
         message = "spec updated"
         if hold is False and record.phase == JobPhase.SUSPENDED:
             record.phase = JobPhase.QUEUED
@@ -696,7 +691,7 @@ class Hub:
         its predecessor (sim and local pods live in the worker), and it creates them again
         under the same names, as upstream's operator re-creates missing pods. Without this
         they stayed Running for ever."""
-        records = [r for r in self.ledger.in_phase(*_RUNNING) if r.cluster == cluster]
+        records = [r for r in self.ledger.in_phase(*RUNNING_PHASES) if r.cluster == cluster]
         if not records:
             return
         log.warning(

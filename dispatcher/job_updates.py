@@ -16,7 +16,8 @@ from typing import Any
 from schemas.kubeflow import AnyJob
 from schemas.status import JobPhase
 
-_RUNNING = frozenset({JobPhase.ASSIGNED, JobPhase.CREATED, JobPhase.RUNNING, JobPhase.RESTARTING})
+RUNNING_PHASES = (JobPhase.ASSIGNED, JobPhase.CREATED, JobPhase.RUNNING, JobPhase.RESTARTING)
+"""A job placed and not suspended: its worker runs its pods, or is about to."""
 UPDATED = "Updated"
 """The reason of the status that announces an applied update."""
 
@@ -46,7 +47,7 @@ def update_problem(current: AnyJob | None, phase: JobPhase | None, new: AnyJob) 
             f"{current.run_policy.managedBy or '(unset)'}, the update says "
             f"{new.run_policy.managedBy or '(unset)'}"
         )
-    if phase in _RUNNING and _without_suspend(new) != _without_suspend(current):
+    if phase in RUNNING_PHASES and _without_suspend(new) != _without_suspend(current):
         return (
             f"job {key} is {phase.value}: only runPolicy.suspend may change while its pods "
             "exist; suspend it, update it, then resume it"

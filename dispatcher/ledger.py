@@ -88,10 +88,14 @@ class JobRecord:
             kind=job.kind,
             framework=job.FRAMEWORK,
             managed_by=job.run_policy.managedBy or "",
-            queue=(
-                job.run_policy.schedulingPolicy.queue if job.run_policy.schedulingPolicy else None
-            ),
+            queue=queue_of(job),
         )
+
+
+def queue_of(job: AnyJob) -> str | None:
+    """The job's `schedulingPolicy.queue`, if it names one."""
+    scheduling = job.run_policy.schedulingPolicy
+    return scheduling.queue if scheduling else None
 
 
 class Ledger:

@@ -41,23 +41,30 @@ async def submit_document(bus: Bus, topics: Topics, document: dict[str, Any]) ->
 async def submit_with_id(bus: Bus, topics: Topics, document: dict[str, Any]) -> tuple[str, str]:
     """Like `submit_document`, also returning the submission's event id, which the hub's
     status updates for this run carry (see `follow_submissions`)."""
-    uid = job_uid_of(document)
-    if uid is None:
-        raise ValueError("the job has no metadata.name (or uid) to identify it")
-    event = make_event(EventType.JOB_SUBMITTED, SOURCE, uid, JobSubmitted(job=document))
-    await publish_event(bus, topics.jobs, uid, event)
-    return uid, event.id
+    return await _publish_document(bus, topics, document, EventType.JOB_SUBMITTED, JobSubmitted)
 
 
 async def update_document(bus: Bus, topics: Topics, document: dict[str, Any]) -> str:
     """Publish a job's new document as `job.updated`; returns the job uid (the record key,
     so the update follows the job's submission and requests in order)."""
+    uid, _ = await _publish_document(bus, topics, document, EventType.JOB_UPDATED, JobUpdated)
+    return uid
+
+
+async def _publish_document(
+    bus: Bus,
+    topics: Topics,
+    document: dict[str, Any],
+    event_type: str,
+    payload: type[JobSubmitted] | type[JobUpdated],
+) -> tuple[str, str]:
+    """A job document on the jobs topic, keyed by the job's uid; its uid and event id."""
     uid = job_uid_of(document)
     if uid is None:
         raise ValueError("the job has no metadata.name (or uid) to identify it")
-    event = make_event(EventType.JOB_UPDATED, SOURCE, uid, JobUpdated(job=document))
+    event = make_event(event_type, SOURCE, uid, payload(job=document))
     await publish_event(bus, topics.jobs, uid, event)
-    return uid
+    return uid, event.id
 
 
 async def follow_submissions(

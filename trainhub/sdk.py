@@ -762,11 +762,14 @@ class _LoopThread:
                 raise ClientClosedError("the client was closed during the call") from None
             raise
         except BaseException:
-            # E.g. KeyboardInterrupt: stop the call, and let it unwind before going on (a
-            # stream's generator is still running until then, and cannot be closed).
-            future.cancel()
-            settled.wait(self._UNWIND)
+            self.abandon(future, settled)  # e.g. KeyboardInterrupt
             raise
+
+    def abandon(self, future: concurrent.futures.Future[Any], settled: threading.Event) -> None:
+        """Stop a call, and let it unwind before going on (a stream's generator is still
+        running until then, and cannot be closed)."""
+        future.cancel()
+        settled.wait(self._UNWIND)
 
     def run(self, coro: Coroutine[Any, Any, _T]) -> _T:
         return self.result(*self.submit(coro))
@@ -946,8 +949,7 @@ class TrainHubClient:
                     with contextlib.suppress(queue.Empty):
                         callback(seen.get(timeout=0.05))
             except BaseException:
-                future.cancel()
-                settled.wait(_LoopThread._UNWIND)
+                self._loop.abandon(future, settled)
                 raise
         return self._loop.result(future, settled)
 
