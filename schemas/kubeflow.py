@@ -304,6 +304,14 @@ class TFJob(_TrainingJobBase):
             )
 
 
+PYTORCH_INIT_RESOURCES = {
+    "requests": {"cpu": "50m", "memory": "10Mi"},
+    "limits": {"cpu": "100m", "memory": "20Mi"},
+}
+"""Resources of the init container that holds a PyTorchJob's Worker pods until the Master's
+name resolves (added where pods run on Kubernetes), as upstream's `init-pytorch`."""
+
+
 class PyTorchJob(_TrainingJobBase):
     REPLICA_FIELD = "pytorchReplicaSpecs"
     REPLICA_TYPES = ("Master", "Worker")
@@ -338,6 +346,15 @@ class PyTorchJob(_TrainingJobBase):
                 "spec.pytorchReplicaSpecs.Worker.replicas: must be at least 1 "
                 f"(got {self.replicas_of('Worker')})"
             )
+
+    def added_init_requests(self, rtype: str) -> tuple[dict[str, Decimal], ...]:
+        # Counted wherever the job may go: a local or sim cluster, which adds no init
+        # container, is at worst credited 50m / 10Mi too much per worker whose containers
+        # ask less than that; a Kubernetes cluster's scheduler reserves exactly this.
+        if rtype != "Worker" or "Master" not in self.spec.pytorchReplicaSpecs:
+            return ()
+        requests = PYTORCH_INIT_RESOURCES["requests"]
+        return ({r: parse_quantity(q) for r, q in requests.items()},)
 
     def _apply_defaults(self) -> None:
         elastic = self.spec.elasticPolicy

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from schemas.kubeflow import AnyJob
+from schemas.kubeflow import PYTORCH_INIT_RESOURCES, AnyJob
 from schemas.pod import Container, ContainerPort, EnvVar, PodSpec
 from workers.frameworks import adapter_for
 from workers.frameworks.base import AccessRule, FrameworkAdapter
@@ -259,10 +259,7 @@ def _wait_for_master(adapter: FrameworkAdapter, host: str, image: str) -> Contai
             "name": f"init-{adapter.default_container}",
             "image": image,
             "imagePullPolicy": "IfNotPresent",
-            "resources": {
-                "limits": {"cpu": "100m", "memory": "20Mi"},
-                "requests": {"cpu": "50m", "memory": "10Mi"},
-            },
+            "resources": {k: dict(v) for k, v in PYTORCH_INIT_RESOURCES.items()},
             "command": ["sh", "-c", script],
         }
     )

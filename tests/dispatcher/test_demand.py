@@ -200,11 +200,11 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "kubeflow"
 
 @pytest.mark.parametrize("name", sorted(p.name for p in DATA.glob("*.yaml")))
 def test_placement_counts_each_pod_as_the_worker_renders_it(name: str) -> None:
-    # Init containers the operator adds (MPI's kubectl-delivery: 100m, 512Mi) are part of
-    # what the scheduler reserves, so placement must count them too. (PyTorch's wait-for-
-    # master init container is left out of this: only kube pods carry it.)
+    # Init containers the operator adds (MPI's kubectl-delivery: 100m, 512Mi; PyTorch's
+    # wait-for-master on Workers: 50m, 10Mi) are part of what the scheduler reserves, so
+    # placement must count them too.
     job = parse_job(yaml.safe_load((DATA / name).read_text()))
-    rendered = render_job(job, wait_for_master=False)
+    rendered = render_job(job)
     for demand in job_demand(job):
         pods = [p for p in rendered.pods if p.replica_type == demand.replica_type]
         assert len(pods) == demand.count
@@ -229,6 +229,23 @@ def test_an_mpi_launcher_without_requests_still_needs_its_delivery_init_containe
         "requests": {"cpu": "100m", "memory": "512Mi"},
         "limits": {"cpu": "100m", "memory": "512Mi"},
     }
+
+
+def test_pytorch_workers_without_requests_still_need_their_wait_for_master_container() -> None:
+    document = yaml.safe_load((DATA / "pytorch-simple.yaml").read_text())
+    specs = document["spec"]["pytorchReplicaSpecs"]
+    for rspec in specs.values():
+        for container in rspec["template"]["spec"]["containers"]:
+            container.pop("resources", None)
+    needs = {d.replica_type: d.requests for d in job_demand(parse_job(document))}
+    assert needs["Worker"] == {"cpu": Decimal("0.05"), "memory": Decimal(10 * 2**20)}
+    assert needs["Master"] == {}
+    rendered = render_job(parse_job(document))
+    worker = next(p for p in rendered.pods if p.replica_type == "Worker")
+    assert worker.requests == needs["Worker"]
+    # Without a Master nothing waits: no init container, nothing added.
+    del specs["Master"]
+    assert {d.replica_type: d.requests for d in job_demand(parse_job(document))} == {"Worker": {}}
 
 
 def test_an_empty_label_value_reads_as_one_in_the_refusal() -> None:
