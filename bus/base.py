@@ -59,6 +59,10 @@ class UnknownTopicError(BusError):
     pass
 
 
+class BusPermissionError(BusError):
+    """The bus refuses this client what it tried (Kafka ACLs); retrying will not help."""
+
+
 RevokeCallback = Callable[[set[TopicPartition]], Awaitable[None]]
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 
 from pydantic import BaseModel
 
 from bus.base import Bus, Record, StartFrom, TopicPartition
-from bus.dead_letters import dead_letter
+from bus.dead_letters import DeadLetterKey, dead_letter, dead_letter_key
 from bus.keyed_pipeline import KeyedPipeline
 from schemas.codec import decode_event, encode_event, encode_payload
 from schemas.errors import EventDecodeError
@@ -84,12 +84,16 @@ class EventConsumer:
         skip: Callable[[Record], bool] | None = None,
         commit_behind: bool = False,
         concurrency: int = 1,
+        already_dead: Collection[DeadLetterKey] = (),
     ) -> None:
         """`skip`: records it returns True for are passed over undecoded (and committed).
         `commit_behind`: `run()` commits in a task of its own, so polling goes on while a
         batch's effects are flushed and its offsets committed (still only in that order).
         `concurrency`: how many keys' records `process` handles at once (1: the batch in
-        order); only for handlers whose effects on different keys are independent."""
+        order); only for handlers whose effects on different keys are independent.
+        `already_dead`: records this component dead-lettered before (`dead_lettered_by`),
+        passed over when read again rather than copied and counted twice; the caller may
+        fill and empty the collection as it goes."""
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
         self._bus = bus
@@ -108,6 +112,7 @@ class EventConsumer:
         self._component = component
         self._on_dead_letter = on_dead_letter
         self._skip = skip
+        self._already_dead = already_dead
         self._processed: dict[TopicPartition, int] = {}
         self._pipeline: KeyedPipeline | None = None
         """While `run_by_key` runs: the records in hand."""
@@ -306,6 +311,9 @@ class EventConsumer:
             await self._reject(record, f"invalid {event.type}: {exc}")
 
     async def _reject(self, record: Record, reason: str) -> None:
+        if self._already_dead and dead_letter_key(record) in self._already_dead:
+            log.debug("record dead-lettered before", extra={"offset": record.offset})
+            return
         await dead_letter(self._bus, self._dlq, record, reason, self._component)
         if self._on_dead_letter is not None:
             await self._on_dead_letter(record, reason)

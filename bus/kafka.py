@@ -46,6 +46,7 @@ from tenacity import (
 from bus.base import (
     Bus,
     BusError,
+    BusPermissionError,
     Headers,
     Record,
     RecordMetadata,
@@ -138,7 +139,7 @@ class _KeyHashCache:
         return partitions[(hashed & 0x7FFFFFFF) % len(partitions)]
 
 
-class KafkaAuthorizationError(BusError):
+class KafkaAuthorizationError(BusPermissionError):
     """The broker's ACLs do not allow this principal what it tried; retrying will not help."""
 
 

@@ -94,6 +94,11 @@ def role_acls(role: Role, topics: Topics, clusters: Sequence[str] = ()) -> list[
             _topic(topics.clusters, Operation.READ, "follows the clusters' heartbeats"),
             _topic(topics.dead_letters, Operation.WRITE, "sets aside events it cannot use"),
             _topic(
+                topics.dead_letters,
+                Operation.READ,
+                "at start, to set aside no record twice when it replays status and heartbeats",
+            ),
+            _topic(
                 topics.assignments(""),
                 Operation.WRITE,
                 "hands out jobs, revocations, suspensions",

@@ -5,14 +5,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from prometheus_client import CollectorRegistry
 
 from bus.aiotasks import TaskOwner
-from bus.base import Bus, Record
+from bus.base import Bus, BusPermissionError, Record
+from bus.dead_letters import DeadLetterKey, dead_lettered_by
 from bus.events import EventConsumer, EventHandler, header_is, publish_payload
 from bus.topics import Topics
 from dispatcher import native
@@ -124,15 +125,23 @@ class Hub:
         group = self.topics.hub_group
         # Status and heartbeats are read whole by every hub instance (no group): together
         # they are the hub's state, so a restarted hub rebuilds it by reading them again.
+        replayed_dead = await self._dead_lettered_before()
         status = self._consumer(
-            [self.topics.status], None, self._on_status_event, skip=self._is_own_status
+            [self.topics.status],
+            None,
+            self._on_status_event,
+            skip=self._is_own_status,
+            already_dead=replayed_dead,
         )
-        clusters = self._consumer([self.topics.clusters], None, self._on_heartbeat)
+        clusters = self._consumer(
+            [self.topics.clusters], None, self._on_heartbeat, already_dead=replayed_dead
+        )
         jobs = self._consumer([self.topics.jobs], group, self._on_job_event, commit_behind=True)
         self._consumers = [status, clusters, jobs]
         for consumer in self._consumers:
             await consumer.subscription.start()
         await self._rebuild(status, clusters)
+        replayed_dead.clear()  # what comes next is new
         interval = min(0.5, self.config.lost_after / 10)
         self._feed_clock = HeartbeatFeedClock(
             datetime.now(UTC), interval, keep=timedelta(seconds=10 * self.config.lost_after)
@@ -156,6 +165,20 @@ class Hub:
             },
         )
 
+    async def _dead_lettered_before(self) -> set[DeadLetterKey]:
+        """What this hub set aside before: status and heartbeats, read again from the start,
+        would otherwise copy (and count, and alert on) the same bad records at every start."""
+        try:
+            return await dead_lettered_by(self.bus, self.topics.dead_letters, self.config.source)
+        except BusPermissionError as exc:
+            log.warning(
+                "cannot read the dead-letter topic (%s): bad records met again while replaying "
+                "status and heartbeats are set aside again; grant the hub READ on %s",
+                exc,
+                self.topics.dead_letters,
+            )
+            return set()
+
     async def _rebuild(self, status: EventConsumer, clusters: EventConsumer) -> None:
         self._replaying = True
         replayed = await status.catch_up()
@@ -164,6 +187,8 @@ class Hub:
         self.clusters.replayed()
         if not replayed:
             return
+        for record in self.ledger.all():
+            self.metrics.training_operator.known(record)
         # Running ones too: their reservation ends only once a heartbeat counts their pods.
         for record in self.ledger.in_phase(
             JobPhase.ASSIGNED, JobPhase.CREATED, JobPhase.RUNNING, JobPhase.RESTARTING
@@ -191,6 +216,11 @@ class Hub:
             self.reservations.reserve(snapshot.name, record.uid, fit.usage)
 
     @property
+    def lost_clusters(self) -> frozenset[str]:
+        """Clusters declared lost (silent past `lost_after`) that have not reported since."""
+        return frozenset(self._lost)
+
+    @property
     def crashed(self) -> asyncio.Future[BaseException] | None:
         """Resolves with the exception of a background task that died."""
         return self._tasks.failed
@@ -209,6 +239,7 @@ class Hub:
         skip: Callable[[Record], bool] | None = None,
         *,
         commit_behind: bool = False,
+        already_dead: Collection[DeadLetterKey] = (),
     ) -> EventConsumer:
         return EventConsumer(
             self.bus,
@@ -220,6 +251,7 @@ class Hub:
             on_dead_letter=self._count_dead_letter,
             skip=skip,
             commit_behind=commit_behind,
+            already_dead=already_dead,
         )
 
     def _is_own_status(self, record: Record) -> bool:
@@ -628,8 +660,19 @@ class Hub:
             if snapshot.name in self._lost:
                 continue
             self._lost.add(snapshot.name)
-            self.metrics.clusters_lost.inc()
-            log.error("cluster lost: no heartbeat for %.0fs", age, extra={"cluster": snapshot.name})
+            if self._feed_clock.predates_start(snapshot.observedAt):
+                # Silent since before this hub started: a previous hub may have declared it
+                # lost already; counted again at every restart, it would alert every time.
+                log.error(
+                    "cluster lost: no heartbeat since before this hub started (%.0fs ago)",
+                    snapshot.age_seconds(),
+                    extra={"cluster": snapshot.name},
+                )
+            else:
+                self.metrics.clusters_lost.inc()
+                log.error(
+                    "cluster lost: no heartbeat for %.0fs", age, extra={"cluster": snapshot.name}
+                )
             for record in self.ledger.in_phase(*_PLACED):
                 if record.cluster == snapshot.name:
                     await self._redispatch(

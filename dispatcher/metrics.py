@@ -9,7 +9,7 @@ it can never drift from the hub's own view, and no code path has to remember to 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Protocol, TypeVar
@@ -51,6 +51,9 @@ class HubState(Protocol):
 
     @property
     def config(self) -> _HeartbeatLimits: ...
+
+    @property
+    def lost_clusters(self) -> Collection[str]: ...
 
 
 class HubMetrics:
@@ -127,6 +130,7 @@ class TrainingOperatorCounters:
         self._successful = counter("successful", "Counts number of jobs successful")
         self._failed = counter("failed", "Counts number of jobs failed")
         self._restarted = counter("restarted", "Counts number of jobs restarted")
+        self._outcomes = (self._deleted, self._successful, self._failed, self._restarted)
 
     @staticmethod
     def _labels(record: JobRecord) -> tuple[str, str]:
@@ -138,8 +142,15 @@ class TrainingOperatorCounters:
         self._created.labels(*labels).inc()
         # Its outcomes' series start at 0 now: one born at 1 by the first failure would show
         # no increase() to the alerts and the dashboard.
-        for outcome in (self._deleted, self._successful, self._failed, self._restarted):
+        for outcome in self._outcomes:
             outcome.labels(*labels)
+
+    def known(self, record: JobRecord) -> None:
+        """A job this hub rebuilt from the status topic: its labels' series start at 0 (a
+        series born at 1 by its first event shows no increase() to alerts and panels)."""
+        labels = self._labels(record)
+        for counter in (self._created, *self._outcomes):
+            counter.labels(*labels)
 
     def deleted(self, record: JobRecord) -> None:
         self._deleted.labels(*self._labels(record)).inc()
@@ -167,6 +178,7 @@ class _Figures:
 class _ClusterFigures:
     name: str
     healthy: bool
+    lost: bool
     heartbeat_age: float
     nodes: int
     reservations: int
@@ -206,6 +218,12 @@ def _families() -> dict[str, GaugeMetricFamily]:
         "healthy": gauge(
             "trainhub_cluster_healthy",
             "1 when the cluster reports healthy and its heartbeat is fresh, else 0",
+            ["cluster"],
+        ),
+        "lost": gauge(
+            "trainhub_cluster_lost",
+            "1 while the hub holds the cluster lost (no heartbeat for lost_after, its jobs "
+            "moved elsewhere), else 0",
             ["cluster"],
         ),
         "age": gauge(
@@ -262,6 +280,7 @@ def _figures(hub: HubState | None) -> _Figures:
         queued = figures.queued.get(queue, 0)
         figures.queued[queue] = queued + (record.phase == JobPhase.QUEUED)
     reservations = hub.reservations
+    lost = hub.lost_clusters
     for snapshot in hub.clusters.all():
         age = snapshot.age_seconds()
         resources = sorted({r for n in snapshot.nodes for r in n.allocatable})
@@ -270,6 +289,7 @@ def _figures(hub: HubState | None) -> _Figures:
             _ClusterFigures(
                 name=snapshot.name,
                 healthy=snapshot.healthy and age <= hub.config.max_heartbeat_age,
+                lost=snapshot.name in lost,
                 heartbeat_age=age,
                 nodes=len(snapshot.nodes),
                 reservations=reservations.count(snapshot.name),
@@ -289,6 +309,7 @@ def _fill(families: dict[str, GaugeMetricFamily], figures: _Figures) -> None:
     for cluster in figures.clusters:
         name = [cluster.name]
         families["healthy"].add_metric(name, 1.0 if cluster.healthy else 0.0)
+        families["lost"].add_metric(name, 1.0 if cluster.lost else 0.0)
         families["age"].add_metric(name, cluster.heartbeat_age)
         families["nodes"].add_metric(name, cluster.nodes)
         families["reservations"].add_metric(name, cluster.reservations)

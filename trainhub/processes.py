@@ -96,6 +96,8 @@ def check_metrics_port(settings: TrainhubSettings) -> None:
 
 
 def _metrics(settings: TrainhubSettings, registry: CollectorRegistry) -> None:
+    """Serve /metrics, once the process has connected and (the hub) rebuilt its state: the
+    chart's readiness probe and the absent-metrics alerts read an answer as "working"."""
     if settings.metrics_port is not None:
         start_http_server(settings.metrics_port, registry=registry)
 
@@ -126,9 +128,9 @@ async def run_hub(settings: TrainhubSettings) -> None:
     hub = Hub(bus, settings.topics(), hub_config(settings), registry=registry)
 
     async def start() -> None:
-        _metrics(settings, registry)
         await bus.start()
         await hub.start()
+        _metrics(settings, registry)
         tune_gc()
 
     async def stop() -> None:
@@ -170,9 +172,9 @@ async def run_worker(
     )
 
     async def start() -> None:
-        _metrics(settings, registry)
         await bus.start()
         await worker.start()
+        _metrics(settings, registry)
 
     async def stop() -> None:
         await worker.stop()

@@ -78,6 +78,8 @@ def test_each_role_gets_only_its_own_topics_and_groups() -> None:
     assert ("TOPIC", "secure.assignments.", "PREFIXED", "WRITE") in hub
     assert ("GROUP", "secure-hub", "LITERAL", "READ") in hub
     assert ("TOPIC", "secure.jobs", "LITERAL", "WRITE") not in hub
+    assert ("TOPIC", "secure.deadletter", "LITERAL", "READ") in hub
+    assert not any(n == "secure.deadletter" and op == "READ" for _, n, _, op in worker)
     # Nobody but the hub and a worker for its own topic may create anything.
     creators = {
         role
