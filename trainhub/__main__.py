@@ -1,5 +1,5 @@
 """`python -m trainhub` is the `trainhub` command."""
 
-from trainhub.cli import main
+from trainhub.entry import main
 
 main()

@@ -17,13 +17,14 @@ from typing import Annotated, Any
 import typer
 import yaml
 from prometheus_client import start_http_server
+from pydantic import ValidationError
 from rich.console import Console
 from rich.text import Text
 
 from bus.base import BusError
 from dispatcher.placement_config import PlacementConfig
 from schemas.cluster import ClusterPolicy, ClustersFile, ClusterSnapshot
-from schemas.errors import ContractError
+from schemas.errors import ContractError, describe_validation_error
 from schemas.events import EventType, JobStatusUpdate
 from schemas.job_parsing import (
     job_uid_of,
@@ -92,7 +93,16 @@ def fail(message: str, code: int = 1) -> typer.Exit:
 
 @app.callback()
 def _root(
-    verbose: Annotated[int, typer.Option("--verbose", "-v", count=True, help="More logs.")] = 0,
+    verbose: Annotated[
+        int,
+        typer.Option(
+            "--verbose",
+            "-v",
+            count=True,
+            metavar="",
+            help="More logs: -v info (start-up and stop lines, placements), -vv debug.",
+        ),
+    ] = 0,
 ) -> None:
     setup_logging(logging.WARNING - 10 * verbose)
 
@@ -113,10 +123,15 @@ def render(
         objects = [m for job in jobs for m in render_job(job).manifests()]
     except ContractError as exc:
         raise fail(str(exc)) from None
+    _print_structured(objects, Output.json if output == Output.json else Output.yaml)
+
+
+def _print_structured(payload: Any, output: Output) -> None:
+    """`-o json` or `-o yaml` of a JSON-compatible payload."""
     if output == Output.json:
-        sys.stdout.write(json.dumps(objects, indent=2) + "\n")
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
     else:
-        sys.stdout.write(yaml.safe_dump(objects, sort_keys=False))
+        sys.stdout.write(yaml.safe_dump(payload, sort_keys=False))
 
 
 @app.command(
@@ -150,6 +165,8 @@ def plan(
         if len(documents) != 1:
             raise ContractError(f"{clusters}: expected one document with a `clusters` list")
         snapshots = ClustersFile.model_validate(documents[0]).clusters
+    except ValidationError as exc:
+        raise fail(f"{clusters}: {describe_validation_error(exc)}") from None
     except ContractError as exc:
         raise fail(str(exc)) from None
     except OSError as exc:
@@ -198,7 +215,11 @@ def up(
     job_files: Annotated[list[Path] | None, typer.Argument(help="Jobs to submit.")] = None,
     cluster: Annotated[
         list[str] | None,
-        typer.Option("--cluster", help="NAME:cpu=8,memory=16Gi[,nodes=N,gpu=G] (repeatable)."),
+        typer.Option(
+            "--cluster",
+            help="NAME:cpu=8,memory=16Gi[,nodes=N,gpu=G] (repeatable; NAME alone: cpu=4, "
+            "memory=8Gi).",
+        ),
     ] = None,
     backend: Annotated[str, typer.Option(help="local (real processes) or sim.")] = "local",
     exit_on_finish: Annotated[
@@ -228,7 +249,7 @@ def up(
             raise fail("--sandbox runs the sandbox's clusters: leave out --cluster", code=2)
         settings, backends, namespaces = _sandbox_workers(settings)
         backend = "kube"
-    try:
+    try:  # flag mistakes: usage errors, exit 2 as typer's own
         specs = [] if sandbox else [parse_cluster_spec(c) for c in (cluster or DEFAULT_CLUSTERS)]
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
@@ -239,6 +260,12 @@ def up(
                 "clusters use --sandbox (the sandbox's), or run `trainhub hub` and one "
                 "`trainhub worker --backend kube` per cluster"
             )
+        if exit_on_finish and not job_files:
+            raise ValueError("--exit-on-finish waits for the jobs given: name at least one file")
+        check_metrics_port(settings)
+    except ValueError as exc:
+        raise fail(str(exc), code=2) from None
+    try:
         documents = [d for f in job_files or [] for d in _documents(f)]
         if exit_on_finish and not documents:
             raise ValueError("--exit-on-finish waits for the jobs given: name at least one file")
@@ -716,12 +743,15 @@ def status(
 ) -> None:
     """Show a job's latest status as the status topic has it."""
     _require_bootstrap(settings)
-    found = asyncio.run(_latest_status(settings, _qualified(job, namespace)))
+    qualified = _qualified(job, namespace)
+    found = asyncio.run(_latest_status(settings, qualified))
     if found is None:
-        raise fail(f"no status for job {job!r} on the status topic", code=3)
+        raise fail(f"no status for job {qualified!r} on the status topic", code=3)
     update, published = found
-    if output == Output.json:
-        sys.stdout.write(update.model_dump_json(indent=2, exclude={"job"}) + "\n")
+    if output != Output.text:
+        document = update.model_dump(mode="json", exclude={"job"})
+        document["published"] = published.isoformat()
+        _print_structured(document, output)
         return
     StatusPrinter(console)(update, at=published)
     if update.status is not None:
@@ -935,8 +965,8 @@ def sandbox_status_command(
     state = read_state()
     if state is None:
         raise fail("no sandbox is running (start one with `trainhub sandbox up`)", code=3)
-    if output == Output.json:
-        sys.stdout.write(json.dumps(state.public(), indent=2) + "\n")
+    if output != Output.text:
+        _print_structured(state.public(), output)
         return
     console.print(f"kafka: {state.kafka['bootstrap']} (SCRAM: {state.kafka['sasl_bootstrap']})")
     _print_sandbox_users(state.kafka)

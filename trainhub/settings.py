@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bus.kafka_settings import KafkaSettings
 from bus.topics import Topics
+from schemas.errors import describe_validation_error
 
 
 class TrainhubSettings(BaseSettings):
@@ -104,6 +105,12 @@ def load_settings(config: Path | None = None, **flags: Any) -> TrainhubSettings:
         if not isinstance(loaded, dict):
             raise ValueError(f"{config}: expected a mapping of settings")
         file_values = loaded
-    env_values = TrainhubSettings().model_dump(exclude_unset=True)
+    try:
+        env_values = TrainhubSettings().model_dump(exclude_unset=True)
+    except ValidationError as exc:
+        raise ValueError(f"TRAINHUB_* environment: {describe_validation_error(exc)}") from None
     given = {k: v for k, v in flags.items() if v is not None}
-    return TrainhubSettings(**{**file_values, **env_values, **given})
+    try:
+        return TrainhubSettings(**{**file_values, **env_values, **given})
+    except ValidationError as exc:
+        raise ValueError(describe_validation_error(exc)) from None

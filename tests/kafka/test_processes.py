@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,9 @@ async def test_status_command_and_submit_watch(
         assert shown.returncode == 0, shown.stderr
         status = json.loads(shown.stdout)
         assert status["phase"] == "Succeeded" and status["cluster"] == "solo"
+        assert datetime.fromisoformat(status["published"]).tzinfo is not None
+        as_yaml = await cli("status", "default/watched", "-o", "yaml", *common, timeout=60)
+        assert yaml.safe_load(as_yaml.stdout) == status
         # Submitted again: refused, and the exit code says nothing ran, whatever the old job
         # did; the refusal does not become the job's status.
         again = await cli("submit", str(job_file), "--watch", *common, timeout=120)

@@ -63,6 +63,7 @@ def test_sandbox_up_status_down(tmp_path: Path) -> None:
         assert [c["name"] for c in state["clusters"]] == ["cluster-1"]
         assert Path(state["clusters"][0]["kubeconfig"]).exists()
         assert state["clusters"][0]["context"]
+        assert yaml.safe_load(_cli("status", "-o", "yaml", env=env).stdout) == state
         pid = int(state["kafka"]["pid"])
         assert _alive(pid)
         again = _cli("up", env=env)

@@ -57,7 +57,7 @@ def test_a_metrics_port_in_use_is_refused_before_connecting() -> None:
         taken.bind(("0.0.0.0", 0))
         taken.listen()
         port = str(taken.getsockname()[1])
-        for command in (["hub"], ["worker", "--cluster", "a", "--backend", "sim"]):
+        for command in (["hub"], ["worker", "--cluster", "a", "--backend", "sim"], ["up"]):
             args = [*command, "--bootstrap", "127.0.0.1:1", "--metrics-port", port]
             result = CliRunner().invoke(app, args)
             assert result.exit_code == 2, result.output

@@ -55,8 +55,7 @@ def test_bad_specs_are_refused_with_the_reason(text: str, expected: str) -> None
 )
 def test_bad_cli_input_is_one_line_of_error_not_a_traceback(args: list[str], expected: str) -> None:
     result = CliRunner().invoke(app, [*args, "--bootstrap", "127.0.0.1:1"])
-    # A worker's flag mistakes are usage errors (2, as typer's own); `up` says 1 for its
-    # flags as for its job files.
-    assert result.exit_code == (2 if args[0] == "worker" else 1), result.output
+    # Flag mistakes are usage errors: 2, as typer's own.
+    assert result.exit_code == 2, result.output
     assert expected in result.output and "Traceback" not in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)

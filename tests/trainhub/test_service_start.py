@@ -1,5 +1,6 @@
-"""`trainhub hub` and `trainhub worker` answer /metrics only once connected (and the hub's state
-rebuilt): the chart's readiness probe and the absent-metrics alert read an answer as working."""
+"""`trainhub hub` and `trainhub worker` as they start: /metrics answers only once connected (and
+the hub's state rebuilt), since the chart's readiness probe and the absent-metrics alert read an
+answer as working; a SIGTERM before then is a clean stop (exit 0), as later."""
 
 from __future__ import annotations
 
@@ -42,3 +43,14 @@ def test_no_metrics_while_the_broker_cannot_be_reached(command: list[str], tmp_p
             time.sleep(0.3)
     finally:
         process.terminate()
+
+
+@pytest.mark.parametrize("command", [["hub"], ["worker", "--cluster", "east", "--backend", "sim"]])
+def test_stopped_while_still_starting_a_service_exits_zero(
+    command: list[str], tmp_path: Path
+) -> None:
+    # Within the first second the CLI is still being imported: a SIGTERM then (a pod deleted
+    # as it starts) is a clean stop too, not a kill.
+    process = Process(command[0], [*command, "--bootstrap", "127.0.0.1:1"], tmp_path)
+    time.sleep(0.4)
+    assert process.terminate() == 0, process.log()[-2000:]
