@@ -47,7 +47,14 @@ from schemas.events import (
 )
 from schemas.job_parsing import job_uid_of, names_of, parse_job
 from schemas.kubeflow import AnyJob
-from schemas.status import ALREADY_EXISTS, TTL_EXPIRED, ConditionType, JobPhase, JobStatus
+from schemas.status import (
+    ALREADY_EXISTS,
+    INVALID,
+    TTL_EXPIRED,
+    ConditionType,
+    JobPhase,
+    JobStatus,
+)
 
 log = logging.getLogger(__name__)
 
@@ -299,7 +306,7 @@ class Hub:
             elif uid is not None:
                 record = JobRecord(uid=uid, phase=JobPhase.REJECTED, **names_of(document))
                 record.submission = event.id  # a producer that waits for its run sees the end
-                await self._publish_status(record, reason="Invalid", message=str(exc))
+                await self._publish_status(record, reason=INVALID, message=str(exc))
             log.warning("rejected invalid job: %s", exc, extra={"job": uid, "event": event.id})
             raise
         known = self.ledger.get(job.uid)
@@ -372,7 +379,7 @@ class Hub:
             # all): invalid whatever the clusters, so said at once, as a schema error is.
             rejected = JobRecord.of(job, JobPhase.REJECTED)
             rejected.submission = submission
-            await self._publish_status(rejected, reason="Invalid", message=problem)
+            await self._publish_status(rejected, reason=INVALID, message=problem)
             log.warning("rejected invalid job: %s", problem, extra={"job": job.uid})
             raise JobInvalid(f"{job.kind}: {problem}")
         held = bool(job.run_policy.suspend)
@@ -524,8 +531,10 @@ class Hub:
 
     def _replay_own(self, update: JobStatusUpdate, published_at: float) -> None:
         """Re-apply a decision this hub (or its predecessor) published."""
-        if update.reason == ALREADY_EXISTS:
-            return  # an answer to a refused duplicate, not a change of the job
+        if update.reason in (ALREADY_EXISTS, INVALID):
+            # An answer to a refused submission: a duplicate changes nothing about the job,
+            # and an invalid job never existed (live, it is not kept either).
+            return
         record = self.ledger.get(update.uid)
         if update.job is not None:
             try:

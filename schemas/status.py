@@ -79,6 +79,11 @@ ALREADY_EXISTS = "AlreadyExists"
 """The reason of the hub's answer to a submission it refused because the job exists: the
 update carries the existing job's phase but changes nothing about it."""
 
+INVALID = "Invalid"
+"""The reason of the Rejected status answering a submission whose job is invalid (schema, or
+constraints that no cluster could read). Such a job never exists, as an object the apiserver
+refuses: its name stays free for a corrected submission, also after a hub restart."""
+
 TTL_EXPIRED = "TTLExpired"
 """The reason of the Deleted status the hub publishes when a job's ttlSecondsAfterFinished ran
 out: unlike a deletion by its owner, the job had finished, and its outcome still stands."""

@@ -36,7 +36,7 @@ from schemas.events import EventType, LogsChunk, LogsRequested
 from schemas.job_parsing import load_documents, parse_job, read_text
 from schemas.kubeflow import JOB_CLASSES, derive_job_uid
 from schemas.run_policy import TRAINHUB_MANAGER
-from schemas.status import ConditionType, JobCondition, JobPhase
+from schemas.status import INVALID, ConditionType, JobCondition, JobPhase
 from trainhub.bus_factory import make_bus
 from trainhub.job_checks import validate_job
 from trainhub.producer import (
@@ -224,7 +224,11 @@ class AsyncTrainHubClient:
         parsed = validate_job(document)
         view = await self._fresh()
         existing = self._current(view, parsed.uid)
-        if existing is not None and existing.phase != JobPhase.DELETED:
+        if (
+            existing is not None
+            and existing.phase != JobPhase.DELETED
+            and not (existing.phase == JobPhase.REJECTED and existing.reason == INVALID)
+        ):
             state = existing.phase.value if existing.phase else "just submitted"
             raise JobExistsError(f"job {parsed.key} already exists ({state}); delete it first")
         bus, _ = await self._connected()

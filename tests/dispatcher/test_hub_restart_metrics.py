@@ -1,6 +1,8 @@
 """A restarted hub reads its status and heartbeats again from the start: what it replays must
 not pass for new events in its metrics (dead letters, lost clusters), and the job counters of
-the jobs it rebuilt must start at 0 so that their first outcome shows in increase()."""
+the jobs it rebuilt must start at 0 so that their first outcome shows in increase(). And what
+it rebuilds is what it held: an invalid submission, never kept, takes no name after a restart
+either."""
 
 from __future__ import annotations
 
@@ -105,3 +107,31 @@ async def test_a_rebuilt_job_has_its_counters_at_zero_before_its_first_outcome()
             assert value == 0, what
     finally:
         await second.stop()
+
+
+async def test_an_invalid_job_holds_no_name_after_a_restart_either() -> None:
+    bus = MemoryBus()
+    await bus.start()
+    topics = Topics(prefix="replay-invalid")
+    await bus.create_topics(topics.shared_specs())
+    await publish_heartbeat(bus, topics, cluster("east", node("n1", cpu="8", memory="16Gi")))
+    first = _hub(bus, topics, CollectorRegistry())
+    await first.start()
+    broken = jax_job("typo")
+    broken["spec"]["runPolicyy"] = {}
+    uid = await submit_document(bus, topics, broken)
+    await until(lambda: len(bus.records(topics.dead_letters)) == 1)
+    assert first.ledger.get(uid) is None
+    await first.stop()
+
+    second = _hub(bus, topics, CollectorRegistry())
+    await second.start()
+    try:
+        assert second.ledger.get(uid) is None
+        await submit_document(bus, topics, jax_job("typo"))
+        await until(lambda: (r := second.ledger.get(uid)) is not None and r.phase in _PLACED)
+    finally:
+        await second.stop()
+
+
+_PLACED = (JobPhase.QUEUED, JobPhase.ASSIGNED)

@@ -23,6 +23,7 @@ from trainhub import (
     LogsUnavailableError,
 )
 from trainhub.embedded import Embedded, EmbeddedOptions
+from trainhub.producer import submit_document
 from trainhub.settings import TrainhubSettings
 from workers.cluster_spec import parse_cluster_spec
 
@@ -85,6 +86,21 @@ async def test_job_state_waiting_and_listing(sim: AsyncTrainHubClient) -> None:
         await client.wait_for_job_conditions("one", timeout=10)
     assert not await client.is_job_succeeded("one")
     assert await client.list_jobs() == []
+
+
+async def test_a_corrected_job_may_take_the_name_of_an_invalid_one(
+    sim: AsyncTrainHubClient,
+) -> None:
+    client = sim
+    broken = jax_job("typo")
+    broken["spec"]["runPolicyy"] = {}  # another producer, one that does not validate
+    bus, _ = await client._connected()
+    await submit_document(bus, client.topics, broken)
+    await _until(client, "typo", JobPhase.REJECTED)
+    assert (await client.get_job("typo")).reason == "Invalid"
+    await client.create_job(jax_job("typo", duration="0.2s"))
+    job = await client.wait_for_job_conditions("typo", timeout=20)
+    assert job.phase == JobPhase.SUCCEEDED
 
 
 async def _until(client: AsyncTrainHubClient, name: str, phase: JobPhase) -> None:
