@@ -408,6 +408,16 @@ async def _stop_consumer(consumer: AIOKafkaConsumer) -> None:
     await consumer._client.close()
 
 
+async def _abandon_consumer(consumer: AIOKafkaConsumer) -> None:
+    """Close a consumer whose start failed or was cancelled, whatever its stop raises (the
+    caller re-raises its own error; a cancellation is already on its way)."""
+    try:
+        await _stop_consumer(consumer)
+    except BaseException:  # the caller's error is the one to report
+        with contextlib.suppress(BaseException):
+            await consumer._client.close()
+
+
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
     def __init__(self, on_revoke: RevokeCallback | None) -> None:
         self._on_revoke = on_revoke
@@ -454,19 +464,24 @@ class KafkaSubscription(Subscription):
             fetch_max_wait_ms=100,
         )
         try:
-            async for attempt in _retrying(self._bus.settings):
-                with attempt:
-                    await consumer.start()
-        except KafkaError as exc:
-            await consumer.stop()
-            raise _fatal(exc, self._bus.settings, "starting a consumer") from exc
-        await self._await_topics(consumer)
-        listener = _Listener(self._on_revoke if self._group else None)
-        consumer.subscribe(self._topics, listener=listener)
-        if self._group is None:
-            # Without a group, aiokafka assigns every partition itself once metadata arrives;
-            # wait for that so seeks and lag work from the first call.
-            await self._await_assignment(consumer)
+            try:
+                async for attempt in _retrying(self._bus.settings):
+                    with attempt:
+                        await consumer.start()
+            except KafkaError as exc:
+                raise _fatal(exc, self._bus.settings, "starting a consumer") from exc
+            await self._await_topics(consumer)
+            listener = _Listener(self._on_revoke if self._group else None)
+            consumer.subscribe(self._topics, listener=listener)
+            if self._group is None:
+                # Without a group, aiokafka assigns every partition itself once metadata
+                # arrives; wait for that so seeks and lag work from the first call.
+                await self._await_assignment(consumer)
+        except BaseException:
+            # Failed, or cancelled (a process stopped while the broker is away): the consumer
+            # is not ours yet, so nothing else would ever close it.
+            await _abandon_consumer(consumer)
+            raise
         self._consumer = consumer
 
     async def _await_topics(self, consumer: AIOKafkaConsumer) -> None:
@@ -476,7 +491,6 @@ class KafkaSubscription(Subscription):
             if set(self._topics) <= set(await _until_back(self._bus.settings, consumer.topics)):
                 return
             await asyncio.sleep(0.1)
-        await consumer.stop()
         raise UnknownTopicError(f"topics {self._topics} not visible after 10 s")
 
     async def _await_assignment(self, consumer: AIOKafkaConsumer) -> None:
@@ -485,7 +499,6 @@ class KafkaSubscription(Subscription):
             if topics >= set(self._topics):
                 return
             await asyncio.sleep(0.1)
-        await consumer.stop()
         raise UnknownTopicError(f"no partitions of {self._topics} visible after 10 s")
 
     async def stop(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 
 import pytest
@@ -201,3 +202,28 @@ async def test_scram_right_credentials_work_and_wrong_password_fails_fast(
     with pytest.raises(BusError, match="refused the credentials"):
         await asyncio.wait_for(bad.start(), 30)
     assert time.monotonic() - started < 10
+
+
+async def test_a_subscription_cancelled_while_starting_leaves_no_consumer_open(
+    bus: KafkaBus, topics: Topics
+) -> None:
+    # A process stopped while a consumer is still connecting (the broker slow or gone) must
+    # close that consumer: nothing else holds it yet.
+    await bus.create_topics([TopicSpec(topics.status, partitions=1, replication=1)])
+    unclosed: list[str] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _, context: unclosed.append(context["message"]))
+    try:
+        for delay in (0.0, 0.02, 0.05, 0.1, 0.2, 0.4):
+            subscription = bus.subscribe([topics.status], group=None, start_from="earliest")
+            starting = asyncio.create_task(subscription.start())
+            await asyncio.sleep(delay)
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
+            await subscription.stop()
+            del subscription, starting
+            gc.collect()
+            await asyncio.sleep(0)
+        assert not [m for m in unclosed if "Unclosed AIOKafkaConsumer" in m], unclosed
+    finally:
+        loop.set_exception_handler(None)
