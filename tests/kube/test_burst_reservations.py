@@ -6,14 +6,19 @@ event), and every job still runs, once."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import pytest
 
 from bus.aiotasks import TaskOwner
+from bus.events import events_to_end
 from bus.kafka_settings import KafkaSettings
 from bus.topics import Topics
 from dispatcher.hub import HubConfig
+from schemas.cluster import ClusterSnapshot
+from schemas.events import EventType
 from schemas.status import JobPhase
 from tests.helpers import jax_job
 from tests.kube.helpers_e2e import Fleet, StatusLog, pods_of, running_fleet
@@ -97,12 +102,15 @@ async def test_a_burst_never_over_fills_a_cluster_between_heartbeats(
             assert history[-1].phase == JobPhase.SUCCEEDED, status
             assert [u.phase for u in history].count(JobPhase.SUCCEEDED) == 1, status
             assert {u.attempt for u in history if u.phase == JobPhase.ASSIGNED} == {1}, status
-        # The first wave, placed before any job had finished (so on reservations alone, the
+        # The first wave, placed before anything had finished (so on reservations alone, the
         # heartbeats showing an empty cluster), is exactly what fits, and kube-scheduler bound
         # each of its pods at once. Later waves follow heartbeats that show finished pods
         # gone; there kube-scheduler may for a moment not have seen the finish itself yet
         # (its cache lags the apiserver like any watcher), which is Kubernetes' own race.
+        # "Finished" is the first sign of it on the bus: a job's finished status, or a
+        # heartbeat counting fewer requests than before (which can go out first).
         first_finish = min(status.first(u, lambda h: h.phase.finished).time for u in uids)
+        first_finish = min(first_finish, await _first_freed(fleet, "small"))
         first_wave = [
             u
             for u in uids
@@ -119,6 +127,21 @@ async def test_a_burst_never_over_fills_a_cluster_between_heartbeats(
         assert len(waited) >= 8, "the other 8 should have waited for room"
         assert peak >= 4, f"at most {peak} jobs ran on small at once; 4 fit"
         assert len(pod_names) == len(uids)
+
+
+async def _first_freed(fleet: Fleet, cluster: str) -> datetime:
+    """When the cluster's heartbeats first counted fewer requested cpus than before (pods
+    finished); the far future if they never did."""
+    most = Decimal(0)
+    async for event in events_to_end(fleet.bus, fleet.topics.clusters, keys={cluster}):
+        if event.type != EventType.CLUSTER_HEARTBEAT:
+            continue
+        snapshot = ClusterSnapshot.model_validate(event.data)
+        requested = sum((n.requested.get("cpu", Decimal(0)) for n in snapshot.nodes), Decimal(0))
+        if requested < most:
+            return snapshot.observedAt or event.time
+        most = max(most, requested)
+    return datetime.max.replace(tzinfo=UTC)
 
 
 def _name(status: StatusLog, uid: str) -> str:
