@@ -57,7 +57,7 @@ async def dead_lettered_by(bus: Bus, topic: str, component: str) -> set[DeadLett
     subscription = bus.subscribe([topic], group=None, start_from="earliest")
     await subscription.start()
     try:
-        while True:
+        while await subscription.lag() > 0:  # lag first: an empty topic's poll would wait
             for record in await subscription.poll(timeout=0.2, max_records=5000):
                 headers = dict(record.headers)
                 if headers.get(_COMPONENT) != component.encode():
@@ -68,7 +68,6 @@ async def dead_lettered_by(bus: Bus, topic: str, component: str) -> set[DeadLett
                 except (KeyError, ValueError, UnicodeDecodeError):
                     continue  # not one of ours, or damaged: never matches a record
                 found.add((source, partition, offset, record.value or b""))
-            if await subscription.lag() == 0:
-                return found
+        return found
     finally:
         await subscription.stop()

@@ -216,10 +216,10 @@ class EventConsumer:
     async def catch_up(self) -> int:
         """Handle everything already in the topics; returns how many records that was."""
         handled = 0
-        while True:
+        # Lag first: a poll of topics with nothing left waits its whole timeout.
+        while await self.subscription.lag() > 0:
             handled += await self.poll_once(timeout=0.2)
-            if await self.subscription.lag() == 0:
-                return handled
+        return handled
 
     async def process(self, records: list[Record]) -> None:
         """Handle a batch, then commit it (or have the commit task do so). A handler's failure
