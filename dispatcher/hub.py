@@ -646,7 +646,18 @@ class Hub:
             checked_at = datetime.now(UTC)
             if await clusters.subscription.lag() == 0:
                 self._feed_clock.caught_up(checked_at)
+                if self._newly_silent():
+                    self._wake.set()  # move its jobs now, not at the next pass
             await asyncio.sleep(interval)
+
+    def _newly_silent(self) -> bool:
+        """Whether a cluster not yet lost has now been silent past `lost_after`."""
+        clock = self._feed_clock
+        assert clock is not None
+        return any(
+            s.name not in self._lost and clock.silence(s.observedAt) > self.config.lost_after
+            for s in self.clusters.all()
+        )
 
     async def _check_clusters(self) -> None:
         """Mark clusters whose heartbeats stopped as lost and move their jobs elsewhere, and

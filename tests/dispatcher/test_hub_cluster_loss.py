@@ -91,3 +91,22 @@ async def test_an_outage_of_the_bus_loses_no_cluster_but_later_silence_does() ->
         assert asyncio.get_running_loop().time() - back < 3.0
     finally:
         await hub.stop()
+
+
+async def test_a_silent_cluster_is_lost_without_waiting_for_the_next_scheduling_pass() -> None:
+    bus = MemoryBus()
+    await bus.start()
+    topics = Topics(prefix="loss-prompt")
+    registry = CollectorRegistry()
+    # A pass every 60 s: only the heartbeat feed's check can notice the silence in time.
+    config = HubConfig(schedule_interval=60.0, lost_after=1.0)
+    hub = Hub(bus, topics, config, registry=registry)
+    await hub.start()
+    try:
+        snapshot = cluster("east", node("n1", cpu="8", memory="16Gi"))
+        event = make_event(EventType.CLUSTER_HEARTBEAT, "worker/east", "east", snapshot)
+        await publish_event(bus, topics.clusters, "east", event)
+        await until(lambda: "east" in hub.lost_clusters, timeout=5)
+        assert registry.get_sample_value("trainhub_clusters_lost_total") == 1
+    finally:
+        await hub.stop()
