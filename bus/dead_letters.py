@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from bus.base import Bus, Record
+from bus.reading import records_to_end
 
 DeadLetterKey = tuple[str, int, int, bytes]
 """Where a dead-lettered record came from (topic, partition, offset) and its value."""
@@ -54,20 +55,14 @@ async def dead_lettered_by(bus: Bus, topic: str, component: str) -> set[DeadLett
     records again each time. The value is part of the key, so a topic deleted and created
     again (offsets from 0) does not hide a new bad record at an old offset."""
     found: set[DeadLetterKey] = set()
-    subscription = bus.subscribe([topic], group=None, start_from="earliest")
-    await subscription.start()
-    try:
-        while await subscription.lag() > 0:  # lag first: an empty topic's poll would wait
-            for record in await subscription.poll(timeout=0.2, max_records=5000):
-                headers = dict(record.headers)
-                if headers.get(_COMPONENT) != component.encode():
-                    continue
-                try:
-                    source = headers[_TOPIC].decode()
-                    partition, offset = int(headers[_PARTITION]), int(headers[_OFFSET])
-                except (KeyError, ValueError, UnicodeDecodeError):
-                    continue  # not one of ours, or damaged: never matches a record
-                found.add((source, partition, offset, record.value or b""))
-        return found
-    finally:
-        await subscription.stop()
+    async for record in records_to_end(bus, topic):
+        headers = dict(record.headers)
+        if headers.get(_COMPONENT) != component.encode():
+            continue
+        try:
+            source = headers[_TOPIC].decode()
+            partition, offset = int(headers[_PARTITION]), int(headers[_OFFSET])
+        except (KeyError, ValueError, UnicodeDecodeError):
+            continue  # not one of ours, or damaged: never matches a record
+        found.add((source, partition, offset, record.value or b""))
+    return found

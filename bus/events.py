@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from bus.base import Bus, Record, StartFrom, TopicPartition
 from bus.dead_letters import DeadLetterKey, dead_letter, dead_letter_key
 from bus.keyed_pipeline import KeyedPipeline
+from bus.reading import records_to_end
 from schemas.codec import decode_event, encode_event, encode_payload
 from schemas.errors import EventDecodeError
 from schemas.events import CloudEvent
@@ -330,20 +331,12 @@ async def events_to_end(
     """Every decodable event of `topic` from its start to its current end (no group), in
     each partition's order; `keys` keeps only records with those keys. Undecodable records
     are skipped: the topic's own consumers dead-letter them."""
-    subscription = bus.subscribe([topic], group=None, start_from="earliest")
-    await subscription.start()
-    try:
-        while True:
-            for record in await subscription.poll(timeout=0.2, max_records=5000):
-                if keys is not None and (
-                    record.key is None or record.key.decode(errors="replace") not in keys
-                ):
-                    continue
-                try:
-                    yield decode_event(record.headers, record.value)
-                except EventDecodeError:
-                    continue
-            if await subscription.lag() == 0:
-                return
-    finally:
-        await subscription.stop()
+    async for record in records_to_end(bus, topic):
+        if keys is not None and (
+            record.key is None or record.key.decode(errors="replace") not in keys
+        ):
+            continue
+        try:
+            yield decode_event(record.headers, record.value)
+        except EventDecodeError:
+            continue

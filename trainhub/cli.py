@@ -39,6 +39,7 @@ from schemas.status import ALREADY_EXISTS, JobPhase
 from trainhub import member_rbac
 from trainhub.bus_factory import make_bus
 from trainhub.cli_help import examples, tidy_help
+from trainhub.cli_jobs import print_structured
 from trainhub.cli_jobs import register as register_job_commands
 from trainhub.cli_live import LiveState, LiveView, want_live
 from trainhub.cli_plan import plan_jobs
@@ -123,15 +124,7 @@ def render(
         objects = [m for job in jobs for m in render_job(job).manifests()]
     except ContractError as exc:
         raise fail(str(exc)) from None
-    _print_structured(objects, Output.json if output == Output.json else Output.yaml)
-
-
-def _print_structured(payload: Any, output: Output) -> None:
-    """`-o json` or `-o yaml` of a JSON-compatible payload."""
-    if output == Output.json:
-        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
-    else:
-        sys.stdout.write(yaml.safe_dump(payload, sort_keys=False))
+    print_structured(objects, output.value)
 
 
 @app.command(
@@ -266,9 +259,7 @@ def up(
     except ValueError as exc:
         raise fail(str(exc), code=2) from None
     try:
-        documents = [d for f in job_files or [] for d in _documents(f)]
-        if exit_on_finish and not documents:
-            raise ValueError("--exit-on-finish waits for the jobs given: name at least one file")
+        documents = [d for f in job_files or [] for d in _documents(f)]  # none empty
         _check_identities(documents)
     except (ContractError, ValueError) as exc:
         raise fail(str(exc)) from None
@@ -751,7 +742,7 @@ def status(
     if output != Output.text:
         document = update.model_dump(mode="json", exclude={"job"})
         document["published"] = published.isoformat()
-        _print_structured(document, output)
+        print_structured(document, output.value)
         return
     StatusPrinter(console)(update, at=published)
     if update.status is not None:
@@ -966,7 +957,7 @@ def sandbox_status_command(
     if state is None:
         raise fail("no sandbox is running (start one with `trainhub sandbox up`)", code=3)
     if output != Output.text:
-        _print_structured(state.public(), output)
+        print_structured(state.public(), output.value)
         return
     console.print(f"kafka: {state.kafka['bootstrap']} (SCRAM: {state.kafka['sasl_bootstrap']})")
     _print_sandbox_users(state.kafka)

@@ -134,7 +134,8 @@ def _with_client(
         raise typer.Exit(130) from None
 
 
-def _dump(payload: Any, output: str) -> None:
+def print_structured(payload: Any, output: str) -> None:
+    """`-o json` (else YAML) of a JSON-compatible payload."""
     if output == "json":
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
     else:
@@ -183,7 +184,7 @@ def get_jobs(
 
     jobs = _with_client(settings, work)
     if output in (ListOutput.json, ListOutput.yaml):
-        _dump([_job_json(j) for j in jobs], output.value)
+        print_structured([_job_json(j) for j in jobs], output.value)
         return
     if not jobs:
         err_console.print("No jobs found.")
@@ -277,7 +278,7 @@ def get_clusters(
 
     clusters = _with_client(settings, work)
     if output in (ListOutput.json, ListOutput.yaml):
-        _dump([cluster_row(c, max_age) for c in clusters], output.value)
+        print_structured([cluster_row(c, max_age) for c in clusters], output.value)
         return
     if not clusters:
         err_console.print("No clusters found.")
@@ -440,7 +441,7 @@ def describe_job(
 
     found = _with_client(settings, work)
     if output != DetailOutput.text:
-        _dump(_job_json(found), output.value)
+        print_structured(_job_json(found), output.value)
         return
     describe_text(found)
 
