@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -112,53 +112,86 @@ class PreferredTerm:
 Needs = tuple[tuple[str, Decimal], ...]
 
 
-@dataclass(frozen=True)
 class PodDemand:
-    replica_type: str
-    count: int
-    requests: dict[str, Decimal]
-    node_selector: dict[str, str] = field(default_factory=dict)
-    tolerations: tuple[Toleration, ...] = ()
-    required_terms: tuple[NodeSelectorTerm, ...] = ()
-    """Required nodeAffinity: a node must match one of them (none given: no requirement)."""
-    preferred_terms: tuple[PreferredTerm, ...] = ()
-    problem: str | None = None
-    """Why these pods' node constraints are malformed; no node admits such pods."""
-    # Derived once: placement reads them for every node of every candidate cluster.
-    needs: tuple[dict[str, Decimal], dict[str, Decimal]] = field(init=False, compare=False)
-    """What one pod takes on a node that does not / does count `pods`."""
-    positive_needs: tuple[Needs, Needs] = field(init=False, compare=False, repr=False)
-    """`needs` without the zero amounts, which never keep a pod off a node."""
-    admission_key: tuple[object, ...] = field(init=False, compare=False, repr=False)
-    """Everything that decides which nodes admit these pods, hashable."""
-    key: tuple[object, ...] = field(init=False, compare=False, repr=False)
-    """The whole demand, hashable: equal keys place identically."""
+    """One replica type's pods: how many, what each requests, where they may run.
 
-    def __post_init__(self) -> None:
+    A plain class, not a dataclass: one is built per replica type of every job placed, and
+    the compiled build constructs a plain class natively, where a dataclass's generated
+    `__init__` runs as Python (a tenth of a placement decision). Read-only by convention.
+    """
+
+    __slots__ = (
+        "admission_key",
+        "count",
+        "key",
+        "needs",
+        "node_selector",
+        "positive_needs",
+        "preferred_terms",
+        "problem",
+        "replica_type",
+        "requests",
+        "required_terms",
+        "tolerations",
+    )
+
+    def __init__(
+        self,
+        replica_type: str,
+        count: int,
+        requests: dict[str, Decimal],
+        node_selector: dict[str, str] | None = None,
+        tolerations: tuple[Toleration, ...] = (),
+        required_terms: tuple[NodeSelectorTerm, ...] = (),
+        preferred_terms: tuple[PreferredTerm, ...] = (),
+        problem: str | None = None,
+    ) -> None:
+        self.replica_type = replica_type
+        self.count = count
+        self.requests = requests
+        self.node_selector: dict[str, str] = node_selector or {}
+        self.tolerations = tolerations
+        self.required_terms = required_terms
+        """Required nodeAffinity: a node must match one of them (none given: no requirement)."""
+        self.preferred_terms = preferred_terms
+        self.problem = problem
+        """Why these pods' node constraints are malformed; no node admits such pods."""
+        # Derived once: placement reads them for every node of every candidate cluster.
         # List comprehensions, not generators: a profile is built for every job placed.
-        without = dict(self.requests)
+        without = dict(requests)
         with_slot = dict(without)
         with_slot[_POD_SLOT] = with_slot.get(_POD_SLOT, _ZERO) + 1
-        positive = tuple([(r, a) for r, a in without.items() if a > 0])
-        positive_slot = tuple([(r, a) for r, a in with_slot.items() if a > 0])
-        admission = (
+        self.needs: tuple[dict[str, Decimal], dict[str, Decimal]] = (without, with_slot)
+        """What one pod takes on a node that does not / does count `pods`."""
+        self.positive_needs: tuple[Needs, Needs] = (
+            tuple([(r, a) for r, a in without.items() if a > 0]),
+            tuple([(r, a) for r, a in with_slot.items() if a > 0]),
+        )
+        """`needs` without the zero amounts, which never keep a pod off a node."""
+        self.admission_key: tuple[object, ...] = (
             tuple(sorted(self.node_selector.items())) if self.node_selector else (),
-            tuple([(t.key, t.operator, t.value, t.effect) for t in self.tolerations]),
-            self.required_terms,
-            self.problem,
+            tuple([(t.key, t.operator, t.value, t.effect) for t in tolerations]),
+            required_terms,
+            problem,
         )
-        key = (
-            self.replica_type,
-            self.count,
+        """Everything that decides which nodes admit these pods, hashable."""
+        self.key: tuple[object, ...] = (
+            replica_type,
+            count,
             tuple(sorted(without.items())),
-            admission,
-            self.preferred_terms,
+            self.admission_key,
+            preferred_terms,
         )
-        setter = object.__setattr__
-        setter(self, "needs", (without, with_slot))
-        setter(self, "positive_needs", (positive, positive_slot))
-        setter(self, "admission_key", admission)
-        setter(self, "key", key)
+        """The whole demand, hashable: equal keys place identically."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PodDemand) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __repr__(self) -> str:
+        return f"PodDemand({self.replica_type!r}, {self.count}, {self.requests!r})"
 
 
 def job_demand(job: AnyJob) -> list[PodDemand]:
@@ -219,25 +252,52 @@ def packing_order(demands: Sequence[PodDemand]) -> list[PodDemand]:
     return sorted(demands, key=_size, reverse=True)
 
 
-@dataclass(slots=True)
 class JobProfile:
-    """Everything placement needs from a job, read once per decision."""
+    """Everything placement needs from a job, read once per decision (a plain class for the
+    reason PodDemand gives)."""
 
-    demands: tuple[PodDemand, ...]
-    ordered: tuple[PodDemand, ...]
-    """The demands in gang packing order."""
-    total: dict[str, Decimal]
-    namespace: str
-    cluster_selector: tuple[LabelRequirement, ...]
-    preferred_clusters: tuple[LabelRequirement, ...]
-    privileges: tuple[PrivilegeRequest, ...]
-    problem: str | None
-    """Why the job cannot be placed anywhere, whatever the clusters (malformed constraints)."""
-    key: tuple[object, ...]
-    """Equal keys are placed identically on equal clusters."""
-    scored: tuple[tuple[str, float], ...] = ()
-    """The resources allocation scores look at (`scored_resources` of `total`), each with
-    its `total` as a float."""
+    __slots__ = (
+        "cluster_selector",
+        "demands",
+        "key",
+        "namespace",
+        "ordered",
+        "preferred_clusters",
+        "privileges",
+        "problem",
+        "scored",
+        "total",
+    )
+
+    def __init__(
+        self,
+        demands: tuple[PodDemand, ...],
+        ordered: tuple[PodDemand, ...],
+        total: dict[str, Decimal],
+        namespace: str,
+        cluster_selector: tuple[LabelRequirement, ...],
+        preferred_clusters: tuple[LabelRequirement, ...],
+        privileges: tuple[PrivilegeRequest, ...],
+        problem: str | None,
+        key: tuple[object, ...],
+        scored: tuple[tuple[str, float], ...] = (),
+    ) -> None:
+        self.demands = demands
+        self.ordered = ordered
+        """The demands in gang packing order."""
+        self.total = total
+        self.namespace = namespace
+        self.cluster_selector = cluster_selector
+        self.preferred_clusters = preferred_clusters
+        self.privileges = privileges
+        self.problem = problem
+        """Why the job cannot be placed anywhere, whatever the clusters (malformed
+        constraints)."""
+        self.key = key
+        """Equal keys are placed identically on equal clusters."""
+        self.scored = scored
+        """The resources allocation scores look at (`scored_resources` of `total`), each with
+        its `total` as a float."""
 
 
 def _annotation_selector(

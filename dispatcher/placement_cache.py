@@ -15,7 +15,6 @@ from __future__ import annotations
 import bisect
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -42,6 +41,9 @@ from schemas.cluster import ClusterSnapshot
 from schemas.events import ClusterScore
 
 _ZERO = Decimal(0)
+_score = ClusterScore.__pydantic_validator__.validate_python
+"""Builds a ClusterScore from a dict: the model's own validation without the Python
+`__init__` around it, a third cheaper; one is built for every cluster judged again."""
 _INFINITE = Decimal("Infinity")
 _POD_SLOT = "pods"
 _MAX_SHAPES_PER_CLUSTER = 512
@@ -91,7 +93,7 @@ class Verdict:
 
 def rejected(name: str, reason: str, *, never: bool = False, timed: bool = False) -> Verdict:
     return Verdict(
-        ClusterScore(name=name, feasible=False, reason=reason),
+        _score({"name": name, "feasible": False, "reason": reason}),
         (True, 0.0, name),
         never=never,
         timed=timed,
@@ -171,22 +173,30 @@ class _ShapeState:
 _UNSET = object()
 
 
-@dataclass(frozen=True)
 class Context:
-    """What one decision judges against, besides the job and the cluster."""
+    """What one decision judges against, besides the job and the cluster (a plain class:
+    built for every decision, natively in the compiled build, unlike a dataclass)."""
 
-    reservations: Reservations | None
-    scorer: WeightedScorer
-    now: datetime
-    max_age: float
-    max_cost: float
-    version_of: Callable[[str], int] | None
-    """The reservations' per-cluster version; None when they cannot tell (no caching)."""
-    now_at: float = field(init=False)
-    """`now` in seconds since the epoch."""
+    __slots__ = ("max_age", "max_cost", "now", "now_at", "reservations", "scorer", "version_of")
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "now_at", self.now.timestamp())
+    def __init__(
+        self,
+        reservations: Reservations | None,
+        scorer: WeightedScorer,
+        now: datetime,
+        max_age: float,
+        max_cost: float,
+        version_of: Callable[[str], int] | None,
+    ) -> None:
+        self.reservations = reservations
+        self.scorer = scorer
+        self.now = now
+        self.max_age = max_age
+        self.max_cost = max_cost
+        self.version_of = version_of
+        """The reservations' per-cluster version; None when they cannot tell (no caching)."""
+        self.now_at = now.timestamp()
+        """`now` in seconds since the epoch."""
 
 
 class ClusterFacts:
@@ -470,7 +480,7 @@ class ClusterFacts:
             parts = scorer.parts(item, shape.static_scores)
             score = round(scorer.combine(parts), 3)
             verdict = Verdict(
-                ClusterScore(name=self.name, feasible=True, score=score),
+                _score({"name": self.name, "feasible": True, "score": score}),
                 (False, -score, self.name),
                 feasible=True,
                 usage=usage,
