@@ -558,6 +558,9 @@ class Hub:
                 queue=update.queue,
             )
             self.ledger.put(record)
+        if update.reason == REDISPATCHED and record.cluster is not None:
+            # Taken from that cluster (lost, or handed back): avoided as it was live.
+            self._exclude(record, record.cluster, published_at)
         record.phase = update.phase
         record.cluster, record.attempt = update.cluster, update.attempt
         record.reason, record.message = update.reason, update.message
@@ -623,7 +626,7 @@ class Hub:
         if revoke:
             await self._revoke(record, reason)
         self.reservations.release(record.uid)
-        record.excluded[record.cluster] = time.monotonic() + self.config.exclusion_seconds
+        self._exclude(record, record.cluster, time.time())
         record.cluster = None
         record.phase = JobPhase.QUEUED
         record.queued_at = time.monotonic()
@@ -633,8 +636,15 @@ class Hub:
         _note(record, ConditionType.CREATED, "Created")
         self.metrics.redispatches.inc()
         log.warning("re-dispatching: %s", reason, extra={"job": record.uid})
-        await self._publish_status(record, reason="Redispatched", message=reason)
+        await self._publish_status(record, reason=REDISPATCHED, message=reason)
         self._wake.set()
+
+    def _exclude(self, record: JobRecord, cluster: str, since: float) -> None:
+        """Keep the job off `cluster` for `exclusion_seconds` from `since` (seconds since the
+        epoch: a restarted hub counts from its predecessor's re-dispatch, not from now)."""
+        left = self.config.exclusion_seconds - (time.time() - since)
+        if left > 0:
+            record.excluded[cluster] = time.monotonic() + left
 
     async def _follow_heartbeat_feed(self, clusters: EventConsumer, interval: float) -> None:
         """Tell the feed clock each time the hub has provably read every heartbeat on the
@@ -981,6 +991,8 @@ class Hub:
 
 
 _WAITING = "WaitingForCapacity"
+REDISPATCHED = "Redispatched"
+"""The reason of the status that takes a job from its cluster (lost, or handed back)."""
 _HUB_OWNED = frozenset({JobPhase.QUEUED, JobPhase.SUSPENDED, JobPhase.ASSIGNED})
 """Phases whose job conditions the hub keeps: no worker runs the job (yet); a Suspended
 status from the hub is for a job it holds."""

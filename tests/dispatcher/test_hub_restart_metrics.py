@@ -2,17 +2,21 @@
 not pass for new events in its metrics (dead letters, lost clusters), and the job counters of
 the jobs it rebuilt must start at 0 so that their first outcome shows in increase(). And what
 it rebuilds is what it held: an invalid submission, never kept, takes no name after a restart
-either."""
+either, and a job taken from a cluster still avoids it for what is left of its window."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from datetime import UTC, datetime, timedelta
 
 from prometheus_client import CollectorRegistry
 
+from bus.events import publish_event
 from bus.memory import MemoryBus
 from bus.topics import Topics
 from dispatcher.hub import Hub, HubConfig
+from schemas.events import EventType, JobHandedBack, make_event
 from schemas.status import JobPhase
 from tests.helpers import cluster, jax_job, node, publish_heartbeat, until
 from trainhub.producer import submit_document
@@ -130,6 +134,40 @@ async def test_an_invalid_job_holds_no_name_after_a_restart_either() -> None:
         assert second.ledger.get(uid) is None
         await submit_document(bus, topics, jax_job("typo"))
         await until(lambda: (r := second.ledger.get(uid)) is not None and r.phase in _PLACED)
+    finally:
+        await second.stop()
+
+
+async def test_a_restarted_hub_keeps_a_job_off_the_cluster_that_handed_it_back() -> None:
+    # ... for what is left of its exclusion window, counted from the re-dispatch.
+    bus = MemoryBus()
+    await bus.start()
+    topics = Topics(prefix="replay-excluded")
+    await bus.create_topics(topics.shared_specs())
+    await publish_heartbeat(bus, topics, cluster("east", node("n1", cpu="8", memory="16Gi")))
+    first = _hub(bus, topics, CollectorRegistry(), exclusion_seconds=2.0)
+    await first.start()
+    uid = await submit_document(bus, topics, jax_job("picky", workers=1))
+    await until(lambda: (r := first.ledger.get(uid)) is not None and r.cluster == "east")
+    back = JobHandedBack(uid=uid, cluster="east", attempt=1, reason="pods unschedulable for 60s")
+    event = make_event(EventType.JOB_HANDED_BACK, "trainhub/worker/east", uid, back)
+    await publish_event(bus, topics.status, uid, event)
+    await until(lambda: (r := first.ledger.get(uid)) is not None and r.phase == JobPhase.QUEUED)
+    window_ends = time.monotonic() + 2.0  # at the latest: counted from the re-dispatch
+    await first.stop()
+
+    second = _hub(bus, topics, CollectorRegistry(), exclusion_seconds=2.0)
+    await second.start()
+    try:
+        record = second.ledger.get(uid)
+        assert record is not None and record.phase == JobPhase.QUEUED
+        assert record.avoided() == frozenset({"east"})
+        assert record.excluded["east"] <= window_ends + 0.1  # not a new window from the restart
+        await asyncio.sleep(0.3)  # several scheduling passes: east is the only cluster
+        assert record.phase == JobPhase.QUEUED and record.cluster is None
+        # Once the window is over, east may have it again.
+        await until(lambda: record.cluster == "east", timeout=10)
+        assert record.attempt == 2
     finally:
         await second.stop()
 
