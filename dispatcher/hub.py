@@ -870,8 +870,10 @@ class Hub:
                 )
             else:
                 await self._note_waiting(record, reasons)
+        # The queued jobs now, not those the pass began with: a job admitted while the pass
+        # awaited its sends was read on admission, and dropping that would read it again.
         self.placer.retain(
-            r.job for r in queued if r.phase == JobPhase.QUEUED and r.job is not None
+            r.job for r in self.ledger.in_phase(JobPhase.QUEUED) if r.job is not None
         )
         return placed
 

@@ -494,6 +494,28 @@ async def test_the_placer_keeps_only_what_it_read_from_jobs_still_waiting() -> N
         assert big_record is not None and big_record.phase == JobPhase.ASSIGNED
 
 
+async def test_a_job_admitted_during_a_pass_keeps_what_the_placer_read_on_admission() -> None:
+    # Under load, jobs are admitted while a pass awaits its status sends; their profiles,
+    # read on admission, used to be dropped at the end of that pass and read again (nearly
+    # every job read twice on a busy hub).
+    async with _started_hub("profiles-mid-pass") as (bus, topics, hub):
+        first = await submit_document(bus, topics, jax_job("first", workers=1))
+        await until(lambda: (r := hub.ledger.get(first)) is not None and r.reason != "Queued")
+        arriving = parse_job(jax_job("arriving", workers=1))
+        note_waiting = hub._note_waiting
+
+        async def admit_meanwhile(record: JobRecord, reasons: str) -> None:
+            if hub.ledger.get(arriving.uid) is None:
+                await hub._admit(arriving, "submission-of-arriving")
+            await note_waiting(record, reasons)
+
+        hub._note_waiting = admit_meanwhile  # type: ignore[method-assign]
+        await hub.schedule_pending()  # no cluster: both wait
+        record = hub.ledger.get(arriving.uid)
+        assert record is not None and record.phase == JobPhase.QUEUED
+        assert hub.placer.held == 2
+
+
 async def test_malformed_constraints_are_rejected_at_once_not_as_a_misfit() -> None:
     # Invalid whatever the clusters: said on admission, with no cluster registered at all,
     # as "Invalid" (it read "the job fits no registered cluster" once clusters existed).
