@@ -249,6 +249,8 @@ def _size(demand: PodDemand) -> tuple[Decimal, ...]:
 
 def packing_order(demands: Sequence[PodDemand]) -> list[PodDemand]:
     """Largest pods first: they have the fewest nodes to choose from."""
+    if len(demands) < 2:  # most jobs: one replica type, nothing to sort by size
+        return list(demands)
     return sorted(demands, key=_size, reverse=True)
 
 

@@ -26,6 +26,7 @@ COMPILED = (
     "gang_fit",
     "placement",
     "placement_cache",
+    "pod_policy",
     "reservation_versions",
     "reservations",
     "scoring",
