@@ -17,6 +17,10 @@ count against placement. Heartbeats follow the same clock. The garbage collector
 Placement runs compiled where `make native` has built these sources (dispatcher/native.py;
 TRAINHUB_NATIVE=0 runs plain Python); the run prints which.
 
+`virtual_rate` (`--virtual-rate R`) makes the run deterministic, for counting instructions
+(`python -m bench.placement_ab REV --instructions`): the clock that paces heartbeats and
+judges their age advances 1/R s per decision instead of following the CPU.
+
 Usage: python -m bench.placement [--clusters 10,100,1000] [--nodes 50] [--jobs N]
 Writes bench/results/placement.json: [{"clusters", "nodes_per_cluster", "jobs",
 "decisions_per_s"}, ...].
@@ -30,7 +34,7 @@ import json
 import random
 import time
 from collections import deque
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -80,14 +84,14 @@ def job_document(index: int, rng: random.Random, sizes: int = 2) -> dict[str, An
 class Fleet:
     """The clusters' side: what runs where, and the heartbeats that report it."""
 
-    def __init__(self, clusters: int, nodes: int) -> None:
+    def __init__(self, clusters: int, nodes: int, observed_at: datetime | None = None) -> None:
         self.names = [f"c{i:04d}" for i in range(clusters)]
         self.nodes = nodes
         self.running: dict[str, dict[str, Usage]] = {name: {} for name in self.names}
         self.sequence = 0
-        self.snapshots = {name: self.heartbeat(name) for name in self.names}
+        self.snapshots = {name: self.heartbeat(name, observed_at) for name in self.names}
 
-    def heartbeat(self, cluster: str) -> ClusterSnapshot:
+    def heartbeat(self, cluster: str, observed_at: datetime | None = None) -> ClusterSnapshot:
         requested: dict[str, dict[str, Decimal]] = {}
         for usage in self.running[cluster].values():
             for node, amounts in usage.items():
@@ -108,7 +112,7 @@ class Fleet:
         ]
         return ClusterSnapshot(
             name=cluster,
-            observedAt=datetime.now(UTC),
+            observedAt=observed_at or datetime.now(UTC),
             nodes=nodes,
             sequence=self.sequence,
             jobs=sorted(self.running[cluster]),
@@ -122,11 +126,13 @@ def run(
     sizes: int = 2,
     heartbeat_interval: float = HEARTBEAT_INTERVAL,
     seed: int = 7,
+    virtual_rate: float | None = None,
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     documents = [job_document(i, rng, sizes) for i in range(jobs)]
     parsed: list[tuple[AnyJob, str]] = [(job, job.uid) for job in map(parse_job, documents)]
-    fleet = Fleet(clusters, nodes)
+    epoch = datetime.now(UTC)
+    fleet = Fleet(clusters, nodes, epoch if virtual_rate else None)
     placer = Placer(PlacementConfig())
     reservations = VersionedReservations()
     mean_cpu = sum(float(cpu) for cpu, _ in SIZES[:sizes]) / sizes
@@ -141,10 +147,15 @@ def run(
     """The registry's view, kept sorted by name and updated in place."""
     assigned = heartbeats = 0
     elapsed = 0.0
+    clock = 0.0
+    """The heartbeats' clock: `elapsed`, or virtual time with `virtual_rate`."""
+    now: datetime | None = None
     tune_gc()  # as the hub runs: what start-up built is out of the collector's sight
     started = time.process_time()
     for job, uid in parsed:
-        placement = placer.plan(job, listed, reservations=reservations)
+        if virtual_rate:
+            now = epoch + timedelta(seconds=clock)
+        placement = placer.plan(job, listed, reservations=reservations, now=now)
         if placement.chosen is not None:
             reservations.reserve(placement.chosen, uid, placement.usage)
             fleet.running[placement.chosen][uid] = placement.usage
@@ -155,15 +166,17 @@ def run(
             fleet.running[cluster].pop(done, None)
             reservations.release(done)
         elapsed += time.process_time() - started
+        clock = clock + 1 / virtual_rate if virtual_rate else elapsed
         fresh = []
-        while due and due[0][0] <= elapsed:
+        while due and due[0][0] <= clock:
             _, index = heapq.heappop(due)
-            fresh.append((index, fleet.heartbeat(fleet.names[index])))  # untimed: bus decoding
+            # Untimed: building the snapshot is bus decoding.
+            fresh.append((index, fleet.heartbeat(fleet.names[index], now)))
         started = time.process_time()
         for index, snapshot in fresh:
             listed[index] = fleet.snapshots[snapshot.name] = snapshot
             reservations.reconcile(snapshot)
-            heapq.heappush(due, (elapsed + heartbeat_interval, index))
+            heapq.heappush(due, (clock + heartbeat_interval, index))
             heartbeats += 1
     elapsed += time.process_time() - started
     rate = jobs / elapsed
@@ -195,13 +208,28 @@ def main() -> None:
         default=HEARTBEAT_INTERVAL,
         help="seconds between heartbeats of one cluster; 0: none",
     )
+    parser.add_argument(
+        "--virtual-rate",
+        type=float,
+        default=None,
+        help="deterministic: the heartbeats' clock advances 1/R s per decision",
+    )
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
     print(f"placement: {'compiled' if native.active() else 'plain Python'}", flush=True)
     results = []
     for clusters in (int(c) for c in args.clusters.split(",")):
         jobs = args.jobs or (20_000 if clusters <= 100 else 5_000)
-        results.append(run(clusters, args.nodes, jobs, args.sizes, args.heartbeat_interval))
+        results.append(
+            run(
+                clusters,
+                args.nodes,
+                jobs,
+                args.sizes,
+                args.heartbeat_interval,
+                virtual_rate=args.virtual_rate,
+            )
+        )
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.output}")

@@ -1,23 +1,37 @@
-"""Placement decisions/s of the working tree against an earlier revision, runs alternated.
+"""Placement of the working tree against an earlier revision: decisions/s alternated, or
+instructions per decision.
 
 This machine is a shared VM whose speed drifts by 15% between runs minutes apart and by 2x
 between days, so one run of `bench.placement` before a change and one after prove nothing.
-This runs both sides in turns (A, B, A, B, ...), each in a fresh process on the same
-decisions, and reports every run and the medians.
+By default this runs both sides in turns (A, B, A, B, ...), each in a fresh process on the
+same decisions, and reports every run and the medians; both sides run as plain Python
+(TRAINHUB_NATIVE=0), since compiled builds are made per source version.
 
-Usage: python -m bench.placement_ab REV [--runs 5] [--clusters 100] [--nodes 50] [--jobs 10000]
-REV is checked out into a temporary git worktree, removed afterwards. Both sides run as
-plain Python (TRAINHUB_NATIVE=0): compiled builds are made per source version.
+`--instructions` counts instead, under valgrind's callgrind, the instructions each side's
+compiled placement (built first, as `make native` does) executes per decision, inside
+`Placer.plan` and the reservations' reserve, release and reconcile only; the decisions run on
+`bench.placement`'s virtual clock with a fixed hash seed, so the count is the same from run
+to run (to 0.1%) and one run per side is enough. Slow (valgrind runs some 50 times slower:
+a few minutes per side at the default 2,000 jobs); needs valgrind (Debian: `apt-get install
+valgrind`) and a C compiler.
+
+Usage: python -m bench.placement_ab REV [--runs 5] [--clusters 100] [--nodes 50] [--jobs N]
+       [--instructions]
+REV is checked out into a temporary git worktree, removed afterwards.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +58,45 @@ def _rate(tree: Path, clusters: int, nodes: int, jobs: int) -> float:
     return float(json.loads(done.stdout.splitlines()[-1])["decisions_per_s"])
 
 
-def compare(revision: str, runs: int, clusters: int, nodes: int, jobs: int) -> dict[str, Any]:
-    rates: dict[str, list[float]] = {revision: [], "working tree": []}
+_COUNT = (
+    "import contextlib, io, sys\n"
+    "from dispatcher import native\n"
+    "if not native.active(): sys.exit('placement is not compiled in ' + sys.argv[4])\n"
+    "import bench.placement as b\n"
+    "with contextlib.redirect_stdout(io.StringIO()):\n"
+    "    b.run(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), virtual_rate=3000.0)\n"
+)
+_COUNTED = (
+    "CPyPy_placement___Placer___plan",
+    "CPyPy_reservation_versions___VersionedReservations___reserve",
+    "CPyPy_reservation_versions___VersionedReservations___release",
+    "CPyPy_reservation_versions___VersionedReservations___reconcile",
+)
+"""The compiled entry points whose instructions (and their callees') are counted."""
+
+
+def _instructions(tree: Path, clusters: int, nodes: int, jobs: int) -> int:
+    """Instructions per decision of `tree`'s compiled placement."""
+    env = {"PYTHONPATH": str(tree), "PATH": os.environ.get("PATH", ""), "PYTHONHASHSEED": "0"}
+    build = [sys.executable, "-P", "-m", "dispatcher.build_native"]
+    subprocess.run(build, cwd=tree, env=env, check=True, capture_output=True)
+    with tempfile.TemporaryDirectory(prefix="placement-count-") as folder:
+        out = Path(folder) / "callgrind.out"
+        command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+        command += [f"--toggle-collect={name}" for name in _COUNTED]
+        command += [sys.executable, "-P", "-c", _COUNT, str(clusters), str(nodes), str(jobs)]
+        command.append(str(tree))
+        done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"counting failed in {tree}:\n{done.stderr[-2000:]}")
+        for line in out.read_text().splitlines():
+            if line.startswith("summary:"):
+                return int(line.split()[1]) // jobs
+    raise SystemExit(f"callgrind wrote no summary for {tree}")
+
+
+@contextmanager
+def _checked_out(revision: str) -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="placement-ab-") as folder:
         base = Path(folder) / "tree"
         subprocess.run(
@@ -55,17 +106,40 @@ def compare(revision: str, runs: int, clusters: int, nodes: int, jobs: int) -> d
             capture_output=True,
         )
         try:
-            for _ in range(runs):
-                rates[revision].append(_rate(base, clusters, nodes, jobs))
-                rates["working tree"].append(_rate(ROOT, clusters, nodes, jobs))
-                print(
-                    f"{revision}: {rates[revision][-1]:,.0f}/s  "
-                    f"working tree: {rates['working tree'][-1]:,.0f}/s",
-                    flush=True,
-                )
+            yield base
         finally:
             subprocess.run(
                 ["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, check=False
+            )
+
+
+def count(revision: str, clusters: int, nodes: int, jobs: int) -> dict[str, Any]:
+    if shutil.which("valgrind") is None:
+        raise SystemExit("--instructions needs valgrind (Debian: apt-get install valgrind)")
+    with _checked_out(revision) as base:
+        before = _instructions(base, clusters, nodes, jobs)
+        print(f"{revision}: {before:,} instructions per decision", flush=True)
+    after = _instructions(ROOT, clusters, nodes, jobs)
+    print(f"working tree: {after:,} instructions per decision", flush=True)
+    return {
+        "clusters": clusters,
+        "nodes_per_cluster": nodes,
+        "jobs": jobs,
+        "instructions_per_decision": {revision: before, "working tree": after},
+        "ratio": round(after / before, 4),
+    }
+
+
+def compare(revision: str, runs: int, clusters: int, nodes: int, jobs: int) -> dict[str, Any]:
+    rates: dict[str, list[float]] = {revision: [], "working tree": []}
+    with _checked_out(revision) as base:
+        for _ in range(runs):
+            rates[revision].append(_rate(base, clusters, nodes, jobs))
+            rates["working tree"].append(_rate(ROOT, clusters, nodes, jobs))
+            print(
+                f"{revision}: {rates[revision][-1]:,.0f}/s  "
+                f"working tree: {rates['working tree'][-1]:,.0f}/s",
+                flush=True,
             )
     medians = {side: statistics.median(values) for side, values in rates.items()}
     return {
@@ -84,9 +158,17 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--clusters", type=int, default=100)
     parser.add_argument("--nodes", type=int, default=50)
-    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--jobs", type=int, help="default 10,000 (2,000 with --instructions)")
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count compiled instructions per decision under callgrind (one run per side)",
+    )
     args = parser.parse_args()
-    report = compare(args.revision, args.runs, args.clusters, args.nodes, args.jobs)
+    if args.instructions:
+        report = count(args.revision, args.clusters, args.nodes, args.jobs or 2_000)
+    else:
+        report = compare(args.revision, args.runs, args.clusters, args.nodes, args.jobs or 10_000)
     print(json.dumps(report, indent=2))
 
 
