@@ -59,13 +59,16 @@ def _rate(tree: Path, clusters: int, nodes: int, jobs: int) -> float:
 
 
 _COUNT = (
-    "import contextlib, io, sys\n"
+    "import contextlib, importlib.util, io, sys\n"
     "from dispatcher import native\n"
     "if not native.active(): sys.exit('placement is not compiled in ' + sys.argv[4])\n"
-    "import bench.placement as b\n"
+    "spec = importlib.util.spec_from_file_location('placement_driver', sys.argv[5])\n"
+    "b = importlib.util.module_from_spec(spec)\n"
+    "spec.loader.exec_module(b)\n"
     "with contextlib.redirect_stdout(io.StringIO()):\n"
     "    b.run(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), virtual_rate=3000.0)\n"
 )
+"""Both sides run the working tree's driver (bench/placement.py), on their own placement."""
 _COUNTED = (
     "CPyPy_placement___Placer___plan",
     "CPyPy_reservation_versions___VersionedReservations___reserve",
@@ -85,7 +88,7 @@ def _instructions(tree: Path, clusters: int, nodes: int, jobs: int) -> int:
         command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
         command += [f"--toggle-collect={name}" for name in _COUNTED]
         command += [sys.executable, "-P", "-c", _COUNT, str(clusters), str(nodes), str(jobs)]
-        command.append(str(tree))
+        command += [str(tree), str(ROOT / "bench" / "placement.py")]
         done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
         if done.returncode != 0:
             raise SystemExit(f"counting failed in {tree}:\n{done.stderr[-2000:]}")
