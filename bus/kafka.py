@@ -68,6 +68,10 @@ _DENIED = (
     GroupAuthorizationFailedError,
     ClusterAuthorizationFailedError,
 )
+_NO_METADATA = "Unable to get cluster metadata"
+"""How aiokafka words a plain KafkaError (not marked retriable) for metadata no known broker
+answered: the broker is away, as with a connection error (a hub starting its consumers when
+it went crashed on this instead of waiting for it)."""
 _TOPIC_EXISTS = 36
 _TOPIC_AUTHORIZATION_FAILED = 29
 _MAX_BATCH_BYTES = 512 * 1024
@@ -81,6 +85,8 @@ def _transient(exc: BaseException) -> bool:
     coordinator loading, not the coordinator...)."""
     if isinstance(exc, (*_AUTH, *_DENIED)):
         return False
+    if type(exc) is KafkaError and _NO_METADATA in str(exc):
+        return True
     return isinstance(exc, _TRANSIENT) or (isinstance(exc, KafkaError) and exc.retriable)
 
 

@@ -4,6 +4,7 @@ user on a broker that allows nothing an ACL does not, with the ACLs of bus/kafka
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 import shutil
 import sys
@@ -30,10 +31,13 @@ from bus.kafka_acls import (
 )
 from bus.kafka_settings import KafkaSettings
 from bus.topics import Topics
-from tests.helpers import jax_job
+from dispatcher.hub import Hub, HubConfig
+from schemas.status import JobPhase
+from tests.helpers import cluster, jax_job, node, publish_heartbeat, until
 from tests.kafka.processes import Process
 from tests.kafka.status_topic import stop_all
 from tests.kafka.topic_checks import topics_exist
+from trainhub.producer import submit_document
 from trainhub.sandbox.kafka_broker import KafkaBroker, start_kafka, stop_kafka
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -45,6 +49,8 @@ USERS: dict[Role, str] = {
     "worker": "trainhub-worker",
     "producer": "trainhub-producer",
 }
+EARLIER_HUB = "trainhub-hub-earlier"
+"""A hub user granted what the hub needed before it read the dead-letter topic at start."""
 
 
 # -- the rules themselves (no broker) ------------------------------------------------------
@@ -134,13 +140,19 @@ class SecuredKafka:
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredKafka]:
     if shutil.which("java") is None:
         pytest.skip("the ACL broker is the sandbox broker (Java 17+ on PATH)")
-    passwords = {user: secrets.token_hex(12) for user in (ADMIN, *USERS.values())}
+    passwords = {user: secrets.token_hex(12) for user in (ADMIN, EARLIER_HUB, *USERS.values())}
     broker = start_kafka(
         tmp_path_factory.mktemp("kafka-acl"), scram_users=passwords, authorizer=True
     )
     try:
         kafka = SecuredKafka(broker, passwords)
         asyncio.run(create_acls(kafka.settings(ADMIN), trainhub_acls(TOPICS, USERS, [CLUSTER])))
+        earlier = [
+            (f"User:{EARLIER_HUB}", rule)
+            for rule in role_acls("hub", TOPICS)
+            if not (rule.name == TOPICS.dead_letters and rule.operation == Operation.READ)
+        ]
+        asyncio.run(create_acls(kafka.settings(ADMIN), earlier))
         yield kafka
     finally:
         stop_kafka(broker)
@@ -244,6 +256,33 @@ async def _refused_reading(subscription: Subscription, user: str) -> None:
                 await subscription.poll(timeout=0.5)
     finally:
         await subscription.stop()
+
+
+@pytest.mark.kafka
+async def test_a_hub_still_under_the_acls_of_before_the_dead_letter_read_warns_and_runs(
+    secured: SecuredKafka, admin_bus: KafkaBus, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Upgraded before its new READ on the dead-letter topic was granted: it says what to
+    # grant, and places jobs as before (only replayed bad records are set aside again).
+    await admin_bus.create_topics(TOPICS.shared_specs())
+    await publish_heartbeat(admin_bus, TOPICS, cluster(CLUSTER, node("n1", cpu="8", memory="16Gi")))
+    # Something to read there: describing the topic (which WRITE allows) shows it non-empty.
+    await admin_bus.publish(TOPICS.dead_letters, b"set aside before", key=b"x")
+    bus = KafkaBus(secured.settings(EARLIER_HUB))
+    await bus.start()
+    hub = Hub(bus, TOPICS, HubConfig(schedule_interval=0.1, source="trainhub/hub-earlier"))
+    try:
+        with caplog.at_level(logging.WARNING, logger="dispatcher.hub"):
+            await asyncio.wait_for(hub.start(), timeout=60)
+        assert f"grant the hub READ on {TOPICS.dead_letters}" in caplog.text
+        uid = await submit_document(admin_bus, TOPICS, jax_job("earlier-acls", workers=1))
+        await until(
+            lambda: (r := hub.ledger.get(uid)) is not None and r.phase == JobPhase.ASSIGNED,
+            timeout=30,
+        )
+    finally:
+        await hub.stop()
+        await bus.close()
 
 
 @pytest.mark.kafka

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from aiokafka.errors import (
     KafkaConnectionError,
+    KafkaError,
     LeaderNotAvailableError,
     SaslAuthenticationFailed,
     TopicAuthorizationFailedError,
@@ -60,6 +61,12 @@ async def test_publish_waits_through_connection_errors_and_missing_leaders() -> 
     meta = await _bus(producer).publish("t", b"x")
     assert (meta.topic, meta.offset, producer.calls) == ("t", 7, 4)
     producer = _FlakyProducer(2, LeaderNotAvailableError())
+    await _bus(producer).publish("t", b"x")
+    assert producer.calls == 3
+    # aiokafka's word for metadata no broker answered: a plain KafkaError, not "retriable".
+    producer = _FlakyProducer(
+        2, KafkaError("Unable to get cluster metadata over all known brokers")
+    )
     await _bus(producer).publish("t", b"x")
     assert producer.calls == 3
 
