@@ -662,12 +662,16 @@ class Hub:
 
     def _newly_silent(self) -> bool:
         """Whether a cluster not yet lost has now been silent past `lost_after`."""
-        clock = self._feed_clock
-        assert clock is not None
         return any(
-            s.name not in self._lost and clock.silence(s.observedAt) > self.config.lost_after
+            s.name not in self._lost and self._silent_for(s) is not None
             for s in self.clusters.all()
         )
+
+    def _silent_for(self, snapshot: ClusterSnapshot) -> float | None:
+        """How long the cluster has been silent, when that is past `lost_after` (lost)."""
+        assert self._feed_clock is not None
+        age = self._feed_clock.silence(snapshot.observedAt)
+        return age if age > self.config.lost_after else None
 
     async def _check_clusters(self) -> None:
         """Mark clusters whose heartbeats stopped as lost and move their jobs elsewhere, and
@@ -678,11 +682,11 @@ class Hub:
                 if record.cluster in leaving:
                     reason = f"cluster {record.cluster} retired by an operator"
                     await self._redispatch(record, reason, revoke=True)
+        if self._feed_clock is None:
+            return
         for snapshot in self.clusters.all():
-            if self._feed_clock is None:
-                return
-            age = self._feed_clock.silence(snapshot.observedAt)
-            if age <= self.config.lost_after:
+            age = self._silent_for(snapshot)
+            if age is None:
                 if snapshot.name in self._lost:
                     self._lost.discard(snapshot.name)
                     log.warning("cluster is back", extra={"cluster": snapshot.name})

@@ -16,7 +16,7 @@ from dispatcher.heartbeat_feed import HeartbeatFeedClock
 from dispatcher.hub import Hub, HubConfig
 from schemas.events import EventType, make_event
 from schemas.status import JobPhase
-from tests.helpers import cluster, jax_job, node, until
+from tests.helpers import cluster, jax_job, node, publish_heartbeat, until
 from trainhub.producer import submit_document
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -103,9 +103,7 @@ async def test_a_silent_cluster_is_lost_without_waiting_for_the_next_scheduling_
     hub = Hub(bus, topics, config, registry=registry)
     await hub.start()
     try:
-        snapshot = cluster("east", node("n1", cpu="8", memory="16Gi"))
-        event = make_event(EventType.CLUSTER_HEARTBEAT, "worker/east", "east", snapshot)
-        await publish_event(bus, topics.clusters, "east", event)
+        await publish_heartbeat(bus, topics, cluster("east", node("n1", cpu="8", memory="16Gi")))
         await until(lambda: "east" in hub.lost_clusters, timeout=5)
         assert registry.get_sample_value("trainhub_clusters_lost_total") == 1
     finally:
