@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from schemas.quantity import ResourceList
 
@@ -13,6 +13,9 @@ _INT64_MAX = 2**63 - 1
 
 TRAINHUB_MANAGER = "trainhub.io/dispatcher"
 """The `runPolicy.managedBy` value that hands a job to trainhub."""
+KNOWN_MANAGERS = ("kubeflow.org/training-operator", "kueue.x-k8s.io/multikueue", TRAINHUB_MANAGER)
+"""The controllers `runPolicy.managedBy` may name: upstream's webhook refuses any other value
+(a typo of ours would otherwise read as someone else's job, skipped without a word)."""
 
 
 class SchedulingPolicy(BaseModel):
@@ -36,6 +39,14 @@ class RunPolicy(BaseModel):
     schedulingPolicy: SchedulingPolicy | None = None
     suspend: bool | None = Field(default=None, strict=True)
     managedBy: str | None = Field(default=None, max_length=63)
+
+    @field_validator("managedBy")
+    @classmethod
+    def _known_manager(cls, value: str | None) -> str | None:
+        if value is not None and value not in KNOWN_MANAGERS:
+            supported = ", ".join(repr(m) for m in KNOWN_MANAGERS)
+            raise ValueError(f"unsupported value; supported values: {supported}")
+        return value
 
     @property
     def managed_by_trainhub(self) -> bool:

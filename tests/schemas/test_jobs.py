@@ -76,6 +76,21 @@ def test_run_policy_and_managed_by() -> None:
     assert not parse_job(jax_job("other", managed=False)).run_policy.managed_by_trainhub
 
 
+def test_managed_by_names_a_known_controller_or_the_job_is_refused() -> None:
+    for manager in ("kubeflow.org/training-operator", "kueue.x-k8s.io/multikueue"):
+        doc = jax_job("theirs")
+        doc["spec"]["runPolicy"]["managedBy"] = manager
+        assert parse_job(doc).run_policy.managedBy == manager
+    # A typo of trainhub's own value must not pass for someone else's job, left alone quietly.
+    doc = jax_job("typo")
+    doc["spec"]["runPolicy"]["managedBy"] = "trainhub.io/dispatch"
+    with pytest.raises(JobInvalid) as refused:
+        parse_job(doc)
+    message = str(refused.value)
+    assert "spec.runPolicy.managedBy" in message and "'trainhub.io/dispatch'" in message
+    assert "'trainhub.io/dispatcher'" in message and "'kueue.x-k8s.io/multikueue'" in message
+
+
 def test_uid_is_stable_for_the_same_name() -> None:
     a, b = parse_job(jax_job("same")), parse_job(jax_job("same"))
     assert a.uid == b.uid == job_uid_of(jax_job("same"))

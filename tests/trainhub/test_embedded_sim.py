@@ -114,6 +114,19 @@ async def test_job_managed_elsewhere_is_skipped(system: Embedded) -> None:
     assert not any(w.runs for w in system.workers)
 
 
+async def test_a_managed_by_naming_no_known_controller_is_rejected_not_skipped(
+    system: Embedded,
+) -> None:
+    doc = jax_job("typo")
+    doc["spec"]["runPolicy"]["managedBy"] = "trainhub.io/dispatch"
+    uid = await system.submit(doc)
+    final = await system.wait_finished([uid], timeout=20)
+    assert final[uid].phase == JobPhase.REJECTED
+    assert "runPolicy.managedBy" in (final[uid].message or "")
+    assert "'trainhub.io/dispatcher'" in (final[uid].message or "")
+    assert not any(w.runs for w in system.workers)
+
+
 async def test_invalid_job_is_rejected_and_dead_lettered(system: Embedded) -> None:
     doc = jax_job("broken")
     doc["spec"]["jaxReplicaSpecs"]["Worker"]["replicas"] = -3
