@@ -212,7 +212,7 @@ class KafkaBus(Bus):
             await admin.close()
             raise
         self._producer, self._admin = producer, admin
-        log.info("connected to Kafka", extra={"topic": self.settings.bootstrap})
+        log.info("connected to Kafka", extra={"bootstrap": self.settings.bootstrap})
 
     async def _check_credentials(self) -> None:
         """aiokafka reports refused credentials as a connection failure and would be retried

@@ -45,8 +45,10 @@ def demo_job(
     """A job for the `sim` backend: its pods run for `duration`, then exit with `exit_code`."""
     key, container = _SPECS[kind]
     requests: dict[str, Any] = {"cpu": cpu, "memory": memory}
+    resources: dict[str, Any] = {"requests": requests}
     if gpu:
         requests["nvidia.com/gpu"] = gpu
+        resources["limits"] = {"nvidia.com/gpu": gpu}  # extended resources: limit = request
     annotations = {
         "trainhub.io/sim-duration": duration,
         "trainhub.io/sim-exit-code": str(exit_code),
@@ -59,7 +61,7 @@ def demo_job(
                     "name": container,
                     "image": f"example/{name}:1",
                     "command": ["python", "train.py"],
-                    "resources": {"requests": requests},
+                    "resources": resources,
                 }
             ]
         },

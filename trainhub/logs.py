@@ -6,7 +6,18 @@ import logging
 import sys
 import time
 
-_CONTEXT = ("job", "cluster", "event", "topic", "offset", "reason", "backend")
+_CONTEXT = (
+    "job",
+    "cluster",
+    "event",
+    "topic",
+    "offset",
+    "reason",
+    "backend",
+    "bootstrap",
+    "placement",
+)
+"""The `extra` fields a log line shows, as key=value after the message."""
 
 
 class ContextFormatter(logging.Formatter):

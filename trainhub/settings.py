@@ -74,8 +74,9 @@ class TrainhubSettings(BaseSettings):
     def kafka(self) -> KafkaSettings:
         if not self.bootstrap:
             raise ValueError(
-                "no Kafka bootstrap servers: pass --bootstrap HOST:PORT, set "
-                "TRAINHUB_BOOTSTRAP, or put `bootstrap:` in the --config file"
+                "no Kafka bootstrap servers: pass --bootstrap HOST:PORT (the SDK: "
+                "bootstrap=...), set TRAINHUB_BOOTSTRAP, or put `bootstrap:` in the config "
+                "file (--config, or TRAINHUB_CONFIG)"
             )
         return KafkaSettings(
             bootstrap=self.bootstrap,

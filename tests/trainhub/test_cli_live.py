@@ -302,3 +302,17 @@ async def test_the_live_view_drops_a_retired_cluster() -> None:
         follower.cancel()
         await asyncio.gather(follower, return_exceptions=True)
         await bus.close()
+
+
+async def test_the_readme_screenshot_demo_runs_its_jobs_as_shown(tmp_path: Path) -> None:
+    """`python -m trainhub.cli_live_demo` records docs/live-view.svg: every job in it must
+    still pass validation, or the image would be recorded with Rejected rows."""
+    from trainhub.cli_live_demo import JOBS, record
+
+    image = tmp_path / "live.svg"
+    state = await record(image)
+    phases = {line.name.split("/")[-1]: line.phase for line in state.jobs.values()}
+    assert len(phases) == len(JOBS)
+    assert phases.pop("flaky") == JobPhase.FAILED  # the one meant to fail (exit code 3)
+    assert set(phases.values()) == {JobPhase.SUCCEEDED}, phases
+    assert image.stat().st_size > 0
