@@ -23,7 +23,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from bus.base import BusError
+from bus.base import BusError, UnknownTopicError
 from schemas.cluster import ClusterSnapshot
 from schemas.errors import ContractError
 from schemas.job_parsing import parse_job
@@ -119,11 +119,16 @@ def _with_client(
         )
 
     async def main() -> _T:
-        async with AsyncTrainHubClient(settings=settings) as client:
+        # These commands only read, or act on jobs that exist: a mistyped --topic-prefix
+        # is an error naming the missing topic, not a new set of empty topics.
+        async with AsyncTrainHubClient(settings=settings, create_topics=False) as client:
             return await work(client)
 
     try:
         return asyncio.run(main())
+    except UnknownTopicError as exc:
+        hint = f"no hub has run with topic prefix {settings.topic_prefix!r} on this broker"
+        raise _fail(f"{exc}: {hint} (see --topic-prefix)", EXIT_USAGE) from None
     except BusError as exc:
         raise _fail(str(exc), EXIT_USAGE) from None
     except JobNotFoundError as exc:

@@ -77,6 +77,9 @@ class AsyncTrainHubClient:
     Settings come from the arguments, else the `TRAINHUB_*` variables, else the YAML file
     `config` (or `TRAINHUB_CONFIG`): the same names and precedence as the CLI. Pass `bus` to
     use a bus you started yourself (the in-memory one of an embedded runner, say).
+    `create_topics=False` makes a client that never creates trainhub's topics: where they do
+    not exist (no hub ever ran with that prefix, or it is mistyped) a call raises a `BusError`
+    naming the missing topic instead.
 
     The client connects on first use; `async with` (or `close()`) releases the connection.
     Job state comes from a reader that follows the status topic in the background, so every
@@ -92,6 +95,7 @@ class AsyncTrainHubClient:
         settings: TrainhubSettings | None = None,
         bus: Bus | None = None,
         namespace: str = "default",
+        create_topics: bool = True,
         **overrides: Any,
     ) -> None:
         if settings is None:
@@ -110,6 +114,7 @@ class AsyncTrainHubClient:
         """The namespace of job names given without one."""
         self._bus = bus
         self._owns_bus = bus is None
+        self._create_topics = create_topics
         self._follower: StatusFollower | None = None
         self._start_lock = asyncio.Lock()
         self._pending: dict[str, TrainHubJob] = {}
@@ -126,7 +131,8 @@ class AsyncTrainHubClient:
             if self._owns_bus:
                 await bus.start()
             try:
-                await bus.create_topics(self.topics.shared_specs())
+                if self._create_topics:
+                    await bus.create_topics(self.topics.shared_specs())
                 follower = StatusFollower(bus, self.topics)
                 await follower.start()
             except BaseException:

@@ -3,6 +3,7 @@ a `local` worker running as separate processes, as they are deployed."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from aiokafka.admin import AIOKafkaAdminClient
 from typer.testing import CliRunner, Result
 
 from schemas.status import JobPhase
@@ -314,3 +316,25 @@ def test_the_blocking_clients_threads_callbacks_and_close(deployment: Deployment
     client.close()  # twice is harmless
     with deployment.client() as again:
         again.delete_job("slow")
+
+
+def test_reading_commands_with_a_mistyped_prefix_fail_and_create_no_topics(
+    kafka: KafkaTarget,
+) -> None:
+    prefix = f"typo{uuid.uuid4().hex[:8]}"
+    flags = ["--bootstrap", kafka.bootstrap, "--topic-prefix", prefix]
+    for command in (["get", "jobs"], ["get", "clusters"], ["describe", "job", "x"]):
+        result = CliRunner().invoke(app, [*command, *flags])
+        assert result.exit_code == 2, (command, result.output)
+        assert f"topic '{prefix}.status' does not exist" in result.output, result.output
+        assert f"no hub has run with topic prefix '{prefix}'" in result.output
+
+    async def topics() -> list[str]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+        await admin.start()
+        try:
+            return [t for t in await admin.list_topics() if t.startswith(prefix)]
+        finally:
+            await admin.close()
+
+    assert asyncio.run(topics()) == []
