@@ -282,7 +282,7 @@ class JobRun:
             JobPhase.RESTARTING,
             "Restarting",
             f"{self.kind} {self.name} is restarting because {obs.name} exited with "
-            f"{_exit(obs)} (restart {self.restarts}).",
+            f"{_exit(obs)} (restart {self.restarts}).{_detail(obs)}",
         )
 
     def _progress(self) -> bool:

@@ -110,6 +110,18 @@ def test_running_and_restarting_replace_each_other_and_the_latest_is_last() -> N
     assert [c[0] for c in conditions(run)] == ["Created", "Running"]
 
 
+def test_a_restart_says_why_the_backend_could_not_run_the_pod() -> None:
+    run = make_run(jax(restart_policy="OnFailure"))
+    run.start()
+    see(run, "j-worker-0", "Running")
+    see(run, "j-worker-1", "Failed", 127, "the local backend needs a command")
+    assert run.phase == JobPhase.RESTARTING
+    assert run.status.conditions[-1].message == (
+        "JAXJob j is restarting because j-worker-1 exited with code 127 (restart 1). "
+        "the local backend needs a command"
+    )
+
+
 def test_nothing_changes_after_failed() -> None:
     run = make_run(jax())
     run.start()
