@@ -324,8 +324,15 @@ class AsyncTrainHubClient:
         view = await self._fresh()
         job = self._current(view, self._resolve(view, name, namespace))
         if job is None:
-            raise JobNotFoundError(f"no job {name!r} on the status topic")
+            looked_for = self._looked_for(name, namespace)
+            raise JobNotFoundError(f"no job {looked_for} on the status topic")
         return job
+
+    def _looked_for(self, name: str, namespace: str | None) -> str:
+        """What `_resolve` searched for, for a not-found error."""
+        if "/" in name:
+            return repr(name)
+        return f"'{namespace or self.namespace}/{name}' (nor of uid {name!r})"
 
     async def list_jobs(
         self, namespace: str | None = None, queue: str | None = None

@@ -22,7 +22,14 @@ from typer.testing import CliRunner, Result
 from schemas.status import JobPhase
 from tests.kafka.processes import Process
 from tests.kafka_target import KafkaTarget
-from trainhub import ClientClosedError, JobFailedError, StatusEvent, TrainHubClient, TrainHubJob
+from trainhub import (
+    ClientClosedError,
+    JobFailedError,
+    JobNotFoundError,
+    StatusEvent,
+    TrainHubClient,
+    TrainHubJob,
+)
 from trainhub.cli import app
 
 pytestmark = pytest.mark.kafka
@@ -338,3 +345,17 @@ def test_reading_commands_with_a_mistyped_prefix_fail_and_create_no_topics(
             await admin.close()
 
     assert asyncio.run(topics()) == []
+
+
+def test_a_job_not_found_is_named_with_the_namespace_looked_in(deployment: Deployment) -> None:
+    # The client first: it creates the topics, should the hub not have started yet.
+    with deployment.client() as client, pytest.raises(JobNotFoundError) as missing:
+        client.get_job("nosuch", "team-a")
+    assert "no job 'team-a/nosuch' (nor of uid 'nosuch')" in str(missing.value)
+    bare = deployment.cli("status", "nosuch")
+    assert bare.exit_code == 3
+    assert "no status for job 'default/nosuch' (nor of uid 'nosuch')" in bare.output
+    other = deployment.cli("status", "nosuch", "-n", "team-b")
+    assert other.exit_code == 3 and "'team-b/nosuch'" in other.output, other.output
+    deleted = deployment.cli("delete", "nosuch")
+    assert deleted.exit_code == 3 and "no job 'default/nosuch'" in deleted.output
