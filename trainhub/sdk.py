@@ -534,6 +534,9 @@ class AsyncTrainHubClient:
                 raise LogsUnavailableError(f"job {job.key} is {state}: {where}")
             await follower.changed(min(1.0, stop_at - loop.time()))
             job = await self.get_job(name, namespace)
+        if job.phase == JobPhase.DELETED:
+            # Its worker deleted the pods with the job: asking it would only say "no pods".
+            raise LogsUnavailableError(f"job {job.key} is Deleted: its pods are gone")
         request_ = LogsRequested(
             request_id=str(uuid.uuid4()),
             uid=job.uid,

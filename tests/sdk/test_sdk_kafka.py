@@ -204,6 +204,9 @@ def test_function_job_runs_waits_logs_and_deletes(deployment: Deployment) -> Non
 
         client.delete_job("hello")
         _until_deleted(client, "hello")
+        gone = deployment.cli("logs", "hello")
+        assert gone.exit_code == 1
+        assert "job default/hello is Deleted: its pods are gone" in gone.output, gone.output
         listed = deployment.cli("get", "jobs", "-o", "json")
         assert listed.exit_code == 0 and "hello" not in [
             j["name"] for j in json.loads(listed.stdout)
