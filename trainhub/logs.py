@@ -32,10 +32,37 @@ class ContextFormatter(logging.Formatter):
 def setup_logging(level: int = logging.WARNING) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(ContextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(RetriedByKafkaClient())
     handler.addFilter(OncePerInterval())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+
+
+_RETRIED_BY_CLIENT = (
+    "NotLeaderForPartitionError",
+    "LeaderNotAvailableError",
+    "GroupCoordinatorNotAvailableError",
+    "NotCoordinatorForGroupError",
+    "CoordinatorLoadInProgressError",
+)
+"""aiokafka errors that only say a partition's leader or a group's coordinator is still being
+elected (every topic just created, every broker restart): aiokafka retries them itself."""
+
+
+class RetriedByKafkaClient(logging.Filter):
+    """aiokafka logs the errors of `_RETRIED_BY_CLIENT` as ERROR (or WARNING), though it
+    retries them and carries on: on every fresh start a newcomer read them as failures.
+    They are shown at debug level (`-vv`) instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith("aiokafka") or record.levelno <= logging.DEBUG:
+            return True
+        message = record.getMessage()
+        if not any(name in message for name in _RETRIED_BY_CLIENT):
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger().isEnabledFor(logging.DEBUG)
 
 
 class OncePerInterval(logging.Filter):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 
-from trainhub.logs import OncePerInterval
+from trainhub.logs import OncePerInterval, RetriedByKafkaClient
 
 
 def _record(name: str, message: str) -> logging.LogRecord:
@@ -24,3 +24,24 @@ def test_repeated_aiokafka_errors_pass_once_per_interval_with_a_count() -> None:
     later = _record("aiokafka", down)
     assert once.filter(later)
     assert later.getMessage() == f"{down} (and 499 times more in 0s)"
+
+
+def test_errors_aiokafka_retries_itself_are_shown_at_debug_level_only() -> None:
+    retried = RetriedByKafkaClient()
+    root = logging.getLogger()
+    level = root.level
+    election = "Failed fetch offsets from 1: [Error 6] NotLeaderForPartitionError"
+    try:
+        root.setLevel(logging.WARNING)
+        record = _record("aiokafka.consumer.fetcher", election)
+        assert not retried.filter(record)
+        coordinator = "Error in heartbeat: [Error 15] GroupCoordinatorNotAvailableError"
+        assert not retried.filter(_record("aiokafka.consumer.group_coordinator", coordinator))
+        # A real failure, and anyone else's words, still show.
+        assert retried.filter(_record("aiokafka", "Unable connect to node with id 1"))
+        assert retried.filter(_record("dispatcher.hub", election))
+        root.setLevel(logging.DEBUG)
+        shown = _record("aiokafka.consumer.fetcher", election)
+        assert retried.filter(shown) and shown.levelname == "DEBUG"
+    finally:
+        root.setLevel(level)
