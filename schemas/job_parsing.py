@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any, TypedDict, TypeGuard
@@ -135,8 +136,10 @@ def load_documents(text: str, origin: str = "<input>") -> list[Any]:
             return loaded if isinstance(loaded, list) else [loaded]
         except json.JSONDecodeError:
             pass  # flow-style YAML starts the same way
+    stream = io.StringIO(text)
+    stream.name = origin  # PyYAML names the stream in its error marks
     try:
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+        documents = [d for d in yaml.safe_load_all(stream) if d is not None]
     except yaml.YAMLError as exc:
         raise JobInvalid(f"{origin}: not valid YAML or JSON: {exc}") from exc
     if len(documents) == 1 and isinstance(documents[0], list):

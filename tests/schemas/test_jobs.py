@@ -163,8 +163,10 @@ def test_kind_specific_rules() -> None:
 def test_malformed_yaml_is_a_clear_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("apiVersion: kubeflow.org/v1\nkind: [unclosed\n")
-    with pytest.raises(JobInvalid, match="not valid YAML or JSON"):
+    with pytest.raises(JobInvalid, match="not valid YAML or JSON") as refused:
         load_job_file(bad)
+    # The line and column are given in the file's own name, not "<unicode string>".
+    assert f'in "{bad}", line 2' in str(refused.value)
     with pytest.raises(JobInvalid, match="not valid YAML or JSON"):
         load_documents('{"kind": ', "inline")
 
