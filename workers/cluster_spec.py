@@ -60,7 +60,10 @@ def parse_cluster_spec(text: str) -> ClusterSpec:
         elif key.startswith("label."):
             spec.labels[key.removeprefix("label.")] = value
         else:
-            amount = parse_quantity(value)
+            try:
+                amount = parse_quantity(value)
+            except ValueError as exc:
+                raise ValueError(f"cluster spec {text!r}: {key}: {exc}") from exc
             if amount < 0:
                 raise ValueError(f"cluster spec {text!r}: {key} cannot be negative ({value})")
             spec.allocatable[_ALIASES.get(key, key)] = amount

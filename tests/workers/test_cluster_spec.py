@@ -33,6 +33,7 @@ def test_a_spec_gives_per_node_resources_labels_and_a_node_count() -> None:
         ("a:cpu=4,memory=8Gi,nodes=two", "nodes must be a count of at least 1"),
         ("a:cpu", "'cpu' is not key=value"),
         (":cpu=4", "has no name"),
+        ("a:cpu=x,memory=8Gi", "cluster spec 'a:cpu=x,memory=8Gi': cpu: not a quantity: 'x'"),
     ],
 )
 def test_bad_specs_are_refused_with_the_reason(text: str, expected: str) -> None:
