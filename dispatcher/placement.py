@@ -107,7 +107,7 @@ def plan_placement(
     if board is not None:
         facts, verdicts = board.facts, board.verdicts
         ranked: Iterable[int] = board.best()
-        scores = list(board.scores)
+        scores = board.scores()
         possible = board.possible
     else:
         facts = [cache.facts(c) for c in clusters]
