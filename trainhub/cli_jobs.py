@@ -127,8 +127,11 @@ def _with_client(
     try:
         return asyncio.run(main())
     except UnknownTopicError as exc:
-        hint = f"no hub has run with topic prefix {settings.topic_prefix!r} on this broker"
-        raise _fail(f"{exc}: {hint} (see --topic-prefix)", EXIT_USAGE) from None
+        hint = (
+            f"no trainhub topics with prefix {settings.topic_prefix!r} on this broker yet (a "
+            "hub or worker creates them at start; see --topic-prefix)"
+        )
+        raise _fail(f"{exc}: {hint}", EXIT_USAGE) from None
     except BusError as exc:
         raise _fail(str(exc), EXIT_USAGE) from None
     except JobNotFoundError as exc:

@@ -237,6 +237,8 @@ async def test_retire_cluster_command(
 
     async def listed() -> set[str]:
         shown = await cli("get", "clusters", "-o", "json", *common, timeout=60)
+        if shown.returncode == 2 and "no trainhub topics with prefix" in shown.stderr:
+            return set()  # the workers have not created the topics yet
         assert shown.returncode == 0, shown.stderr
         return {c["name"] for c in json.loads(shown.stdout)}
 

@@ -337,7 +337,7 @@ def test_reading_commands_with_a_mistyped_prefix_fail_and_create_no_topics(
         result = CliRunner().invoke(app, [*command, *flags])
         assert result.exit_code == 2, (command, result.output)
         assert f"topic '{prefix}.status' does not exist" in result.output, result.output
-        assert f"no hub has run with topic prefix '{prefix}'" in result.output
+        assert f"no trainhub topics with prefix '{prefix}' on this broker yet" in result.output
 
     async def topics() -> list[str]:
         admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
