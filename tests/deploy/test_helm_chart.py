@@ -313,3 +313,56 @@ def test_a_worker_s_own_client_certificate(helm: Path) -> None:
     assert mounts["tls"] == "/etc/trainhub/tls"  # the CA stays the shared one
     volumes = {v["name"]: v for v in west["spec"]["template"]["spec"]["volumes"]}
     assert volumes["worker-tls"]["secret"] == {"secretName": "west-tls"}
+
+
+def test_numbers_in_names_labels_and_cost_stay_what_was_written(helm: Path, tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "settings": {"bootstrap": "kafka:9092"},
+                "workers": [
+                    {
+                        "name": "123",  # a DNS label YAML would read as a number unquoted
+                        "backend": "sim",
+                        "capacity": "cpu=4,memory=8Gi",
+                        "labels": {"account": 123456789012, "rack": 1000000, "half": 0.5},
+                        "cost": 2500000,
+                    },
+                    {"name": "on", "backend": "sim", "capacity": "cpu=4,memory=8Gi"},
+                ],
+            }
+        )
+    )
+    objects = render(helm, values)
+    for name in ("123", "on"):
+        worker = _one(objects, "Deployment", f"trainhub-worker-{name}")
+        pod_labels = worker["spec"]["template"]["metadata"]["labels"]
+        for labels in (worker["metadata"]["labels"], worker["spec"]["selector"]["matchLabels"]):
+            assert labels["trainhub.io/cluster"] == name == pod_labels["trainhub.io/cluster"]
+    params = _parse_cli(_container(_one(objects, "Deployment", "trainhub-worker-123"))["args"])
+    assert sorted(params["label"]) == ["account=123456789012", "half=0.5", "rack=1000000"]
+    assert params["cost"] == 2500000
+
+
+def test_a_release_of_workers_only_runs_no_hub(helm: Path) -> None:
+    objects = render(helm, CI_VALUES, sets=("hub.enabled=false",))
+    hub = [o for o in objects if o["metadata"]["name"].endswith("-hub")]
+    assert hub == []
+    workers = [o for o in objects if o["kind"] == "Deployment"]
+    assert sorted(o["metadata"]["name"] for o in workers) == [
+        "trainhub-worker-demo",
+        "trainhub-worker-east",
+        "trainhub-worker-west",
+    ]
+
+
+def test_a_long_release_name_still_gives_services_valid_names(helm: Path) -> None:
+    release = "ml-platform-production-training-dispatcher-euw1a"  # 48: helm allows 53
+    done = run_helm(helm, "template", release, str(CHART), "--values", str(CI_VALUES))
+    assert done.returncode == 0, done.stderr
+    services = [d for d in yaml.safe_load_all(done.stdout) if d and d["kind"] == "Service"]
+    assert len(services) == 2
+    for service in services:
+        name = service["metadata"]["name"]
+        assert len(name) <= 63 and name.endswith(("-hub", "-workers")), name

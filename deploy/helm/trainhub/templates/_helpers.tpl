@@ -17,6 +17,18 @@
 {{- end }}
 {{- end }}
 
+{{/* NAME-SUFFIX from the full name cut short enough that the result stays a DNS label (a
+Service name: at most 63), as `.suffix` would not if appended to a 63-character name. */}}
+{{- define "trainhub.component" -}}
+{{- printf "%s-%s" (include "trainhub.fullname" .root | trunc (int (sub 62 (len .suffix))) | trimSuffix "-") .suffix }}
+{{- end }}
+
+{{/* A value as a flag's text: numbers without an exponent (YAML numbers come as floats, and
+`toString` turned a label value of 123456789012 into 1.23456789012e+11). */}}
+{{- define "trainhub.scalar" -}}
+{{- if kindIs "float64" . }}{{ toJson . }}{{ else }}{{ toString . }}{{ end }}
+{{- end }}
+
 {{- define "trainhub.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
