@@ -206,6 +206,7 @@ def test_selectors_and_references_hold_together(objects: list[dict[str, Any]]) -
         (("workers[0].name=a",), "kubeconfigSecret is required"),
         (("workers[0].name=a", "workers[0].backend=sim"), "capacity is required"),
         (("hub.extraArgs={--metrics-port=9100}",), "set settings.metrics_port instead"),
+        (("hub.extraArgs={--sasl-password=hunter2}",), "use saslPassword (a Secret) instead"),
         (
             (
                 "workers[0].name=a",
@@ -226,6 +227,7 @@ def test_selectors_and_references_hold_together(objects: list[dict[str, Any]]) -
         "no-kubeconfig",
         "sim-no-capacity",
         "hub-metrics-port-arg",
+        "hub-password-arg",
         "worker-user-without-password",
         "worker-metrics-port-arg",
     ],

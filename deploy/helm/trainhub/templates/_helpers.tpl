@@ -140,6 +140,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if regexMatch "^--metrics-port(=|$)" (toString .) }}
 {{- fail (printf "%s: --metrics-port would move the port away from the Services and probes; set settings.metrics_port instead" $.where) }}
 {{- end }}
+{{- if regexMatch "^--sasl-password(=|$)" (toString .) }}
+{{- fail (printf "%s: --sasl-password would show in the Deployment's arguments; use saslPassword (a Secret) instead" $.where) }}
+{{- end }}
 {{- end }}
 {{- end }}
 
