@@ -40,6 +40,7 @@ MAX_SELECTOR_CHARS = 4096
 NODE_NAME_FIELD = "metadata.name"
 _POD_SLOT = "pods"
 _ZERO = Decimal(0)
+_ONE = Decimal(1)
 
 
 @dataclass(frozen=True)
@@ -160,12 +161,13 @@ class PodDemand:
         # List comprehensions, not generators: a profile is built for every job placed.
         without = dict(requests)
         with_slot = dict(without)
-        with_slot[_POD_SLOT] = with_slot.get(_POD_SLOT, _ZERO) + 1
+        with_slot[_POD_SLOT] = with_slot.get(_POD_SLOT, _ZERO) + _ONE
         self.needs: tuple[dict[str, Decimal], dict[str, Decimal]] = (without, with_slot)
         """What one pod takes on a node that does not / does count `pods`."""
+        # Compared with a Decimal zero: against the int 0 each comparison converts it first.
         self.positive_needs: tuple[Needs, Needs] = (
-            tuple([(r, a) for r, a in without.items() if a > 0]),
-            tuple([(r, a) for r, a in with_slot.items() if a > 0]),
+            tuple([(r, a) for r, a in without.items() if a > _ZERO]),
+            tuple([(r, a) for r, a in with_slot.items() if a > _ZERO]),
         )
         """`needs` without the zero amounts, which never keep a pod off a node."""
         self.admission_key: tuple[object, ...] = (

@@ -100,7 +100,7 @@ def _slack(free: Mapping[str, Decimal], needs: tuple[tuple[str, Decimal], ...]) 
     slack: Decimal | None = None
     for resource, amount in needs:
         left = free.get(resource, _ZERO) - amount
-        if left < 0:
+        if left < _ZERO:  # a Decimal zero: against the int 0 each comparison converts it
             return None
         if slack is None or left < slack:
             slack = left

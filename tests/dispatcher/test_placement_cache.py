@@ -27,7 +27,7 @@ from dispatcher.gang_fit import (
     surely_fits,
 )
 from dispatcher.placement import Placer, plan_placement
-from dispatcher.placement_cache import PlacementCache
+from dispatcher.placement_cache import PlacementCache, to_thousandths
 from dispatcher.placement_config import PlacementConfig
 from dispatcher.reservation_versions import VersionedReservations
 from dispatcher.reservations import Reservations
@@ -547,3 +547,17 @@ def test_extreme_quantities_place_without_arithmetic_errors() -> None:
             parse_job(doc), [roomy], reservations=VersionedReservations(), now=NOW
         )
         assert placement.chosen == ("roomy" if cpu not in ("8Ei", "7Ei") else None)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(
+    st.one_of(
+        st.floats(min_value=-1e6, max_value=1e16, allow_nan=False),
+        st.integers(min_value=0, max_value=10**8).map(lambda n: n / 2000),  # halfway cases
+        st.integers(min_value=0, max_value=10**8).map(lambda n: n / 1000 + 0.0005),
+    )
+)
+def test_scores_round_to_thousandths_exactly_as_round_does(value: float) -> None:
+    rounded = round(value, 3)
+    assert to_thousandths(value) == rounded
+    assert str(to_thousandths(value)) == str(rounded)  # -0.0 included
