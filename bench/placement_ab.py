@@ -11,9 +11,10 @@ same decisions, and reports every run and the medians; both sides run as plain P
 compiled placement (built first, as `make native` does) executes per decision, inside
 `Placer.plan` and the reservations' reserve, release and reconcile only; the decisions run on
 `bench.placement`'s virtual clock with a fixed hash seed, so the count is the same from run
-to run (to 0.1%) and one run per side is enough. Slow (valgrind runs some 50 times slower:
-a few minutes per side at the default 2,000 jobs); needs valgrind (Debian: `apt-get install
-valgrind`) and a C compiler.
+to run (to 0.1%) and one run per side is enough. Slow (valgrind runs some 50 times slower):
+about ten minutes per side at the default 20,000 jobs, the bench's own count at 100 clusters
+(with fewer, the first packing of each job shape on each cluster weighs too much). Needs
+valgrind (Debian: `apt-get install valgrind`) and a C compiler.
 
 Usage: python -m bench.placement_ab REV [--runs 5] [--clusters 100] [--nodes 50] [--jobs N]
        [--instructions]
@@ -161,7 +162,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--clusters", type=int, default=100)
     parser.add_argument("--nodes", type=int, default=50)
-    parser.add_argument("--jobs", type=int, help="default 10,000 (2,000 with --instructions)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        help="default 10,000; with --instructions 20,000, as bench.placement decides at 100 "
+        "clusters (2,000 measure mostly the first packing of each shape on each cluster)",
+    )
     parser.add_argument(
         "--instructions",
         action="store_true",
@@ -169,7 +175,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.instructions:
-        report = count(args.revision, args.clusters, args.nodes, args.jobs or 2_000)
+        report = count(args.revision, args.clusters, args.nodes, args.jobs or 20_000)
     else:
         report = compare(args.revision, args.runs, args.clusters, args.nodes, args.jobs or 10_000)
     print(json.dumps(report, indent=2))
