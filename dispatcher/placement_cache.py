@@ -55,7 +55,7 @@ _MAX_SHAPE_IDS = 4096
 
 def to_thousandths(value: float) -> float:
     """`round(value, 3)`, the same float, without its decimal conversion where the value is
-    clearly not halfway between two thousandths (round() took a fifth of judging a cluster)."""
+    clearly not halfway between two thousandths (round() took a tenth of judging a cluster)."""
     scaled = value * 1000.0
     if 0.0 < scaled < 1e15:  # (zero: round keeps the sign of -0.0)
         whole = int(scaled + 0.5)

@@ -78,8 +78,8 @@ class AsyncTrainHubClient:
     `config` (or `TRAINHUB_CONFIG`): the same names and precedence as the CLI. Pass `bus` to
     use a bus you started yourself (the in-memory one of an embedded runner, say).
     `create_topics=False` makes a client that never creates trainhub's topics: where they do
-    not exist (no hub ever ran with that prefix, or it is mistyped) a call raises a `BusError`
-    naming the missing topic instead.
+    not exist (no hub or worker has created them with that prefix yet, or it is mistyped) a
+    call raises a `BusError` naming the missing topic instead.
 
     The client connects on first use; `async with` (or `close()`) releases the connection.
     Job state comes from a reader that follows the status topic in the background, so every
