@@ -57,6 +57,7 @@ from trainhub.producer import (
     retire_cluster,
     submit_with_id,
 )
+from trainhub.sdk import looked_for
 from trainhub.settings import TrainhubSettings
 from workers.backends.base import Backend
 from workers.cluster_spec import check_cluster_name, parse_cluster_spec
@@ -737,7 +738,9 @@ def status(
     qualified = _qualified(job, namespace)
     found = asyncio.run(_latest_status(settings, qualified))
     if found is None:
-        raise fail(f"no status for job {_looked_for(qualified)} on the status topic", code=3)
+        # `_qualified` leaves a NAME bare only in the default namespace.
+        searched = looked_for(qualified, "default")
+        raise fail(f"no status for job {searched} on the status topic", code=3)
     update, published = found
     if output != Output.text:
         document = update.model_dump(mode="json", exclude={"job"})
@@ -756,7 +759,7 @@ def _job_request(settings: TrainhubSettings, job: str, event_type: str, verb: st
     _require_bootstrap(settings)
     found = asyncio.run(_resolve_and_request(settings, job, event_type))
     if found is None:
-        raise fail(f"no job {_looked_for(job)} known on the status topic", code=3)
+        raise fail(f"no job {looked_for(job, 'default')} known on the status topic", code=3)
     uid, sent, phase = found
     if not sent:
         console.print(
@@ -850,13 +853,6 @@ def resume(
 def _qualified(job: str, namespace: str) -> str:
     """NAME in `namespace` (`-n`); a uid or NAMESPACE/NAME stays as given."""
     return job if "/" in job or namespace == "default" else f"{namespace}/{job}"
-
-
-def _looked_for(job: str) -> str:
-    """What a lookup of `job` (as `_qualified` left it) searched for, for a not-found error."""
-    if "/" in job:
-        return repr(job)
-    return f"'default/{job}' (nor of uid {job!r})"
 
 
 def _candidate_uids(job: str) -> set[str]:

@@ -71,6 +71,14 @@ _LOGS_TIMEOUT = 60.0
 """Seconds a worker has to send the logs asked for without `follow`."""
 
 
+def looked_for(name: str, namespace: str) -> str:
+    """How a not-found error names the job a lookup of `name` searched for: a uid or
+    NAMESPACE/NAME as given, a bare NAME in `namespace` (or taken as a uid)."""
+    if "/" in name:
+        return repr(name)
+    return f"'{namespace}/{name}' (nor of uid {name!r})"
+
+
 class AsyncTrainHubClient:
     """Create, watch, read the logs of and control training jobs on any member cluster.
 
@@ -324,15 +332,9 @@ class AsyncTrainHubClient:
         view = await self._fresh()
         job = self._current(view, self._resolve(view, name, namespace))
         if job is None:
-            looked_for = self._looked_for(name, namespace)
-            raise JobNotFoundError(f"no job {looked_for} on the status topic")
+            searched = looked_for(name, namespace or self.namespace)
+            raise JobNotFoundError(f"no job {searched} on the status topic")
         return job
-
-    def _looked_for(self, name: str, namespace: str | None) -> str:
-        """What `_resolve` searched for, for a not-found error."""
-        if "/" in name:
-            return repr(name)
-        return f"'{namespace or self.namespace}/{name}' (nor of uid {name!r})"
 
     async def list_jobs(
         self, namespace: str | None = None, queue: str | None = None
