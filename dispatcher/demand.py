@@ -19,9 +19,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any, Literal
 
+from dispatcher.amounts import Amount, compact_all
 from dispatcher.pod_policy import PrivilegeRequest, requested_privileges
 from schemas.kubeflow import AnyJob
 from schemas.pod import Toleration
@@ -39,8 +39,6 @@ MAX_VALUES = 256
 MAX_SELECTOR_CHARS = 4096
 NODE_NAME_FIELD = "metadata.name"
 _POD_SLOT = "pods"
-_ZERO = Decimal(0)
-_ONE = Decimal(1)
 
 
 @dataclass(frozen=True)
@@ -110,7 +108,7 @@ class PreferredTerm:
     term: NodeSelectorTerm
 
 
-Needs = tuple[tuple[str, Decimal], ...]
+Needs = tuple[tuple[str, Amount], ...]
 
 
 class PodDemand:
@@ -140,7 +138,7 @@ class PodDemand:
         self,
         replica_type: str,
         count: int,
-        requests: dict[str, Decimal],
+        requests: Mapping[str, Amount],
         node_selector: dict[str, str] | None = None,
         tolerations: tuple[Toleration, ...] = (),
         required_terms: tuple[NodeSelectorTerm, ...] = (),
@@ -149,7 +147,7 @@ class PodDemand:
     ) -> None:
         self.replica_type = replica_type
         self.count = count
-        self.requests = requests
+        self.requests = compact_all(requests)
         self.node_selector: dict[str, str] = node_selector or {}
         self.tolerations = tolerations
         self.required_terms = required_terms
@@ -159,15 +157,14 @@ class PodDemand:
         """Why these pods' node constraints are malformed; no node admits such pods."""
         # Derived once: placement reads them for every node of every candidate cluster.
         # List comprehensions, not generators: a profile is built for every job placed.
-        without = dict(requests)
+        without = self.requests
         with_slot = dict(without)
-        with_slot[_POD_SLOT] = with_slot.get(_POD_SLOT, _ZERO) + _ONE
-        self.needs: tuple[dict[str, Decimal], dict[str, Decimal]] = (without, with_slot)
+        with_slot[_POD_SLOT] = with_slot.get(_POD_SLOT, 0) + 1
+        self.needs: tuple[dict[str, Amount], dict[str, Amount]] = (without, with_slot)
         """What one pod takes on a node that does not / does count `pods`."""
-        # Compared with a Decimal zero: against the int 0 each comparison converts it first.
         self.positive_needs: tuple[Needs, Needs] = (
-            tuple([(r, a) for r, a in without.items() if a > _ZERO]),
-            tuple([(r, a) for r, a in with_slot.items() if a > _ZERO]),
+            tuple([(r, a) for r, a in without.items() if a > 0]),
+            tuple([(r, a) for r, a in with_slot.items() if a > 0]),
         )
         """`needs` without the zero amounts, which never keep a pod off a node."""
         self.admission_key: tuple[object, ...] = (
@@ -224,18 +221,18 @@ def job_demand(job: AnyJob) -> list[PodDemand]:
     return demands
 
 
-def total_demand(demands: list[PodDemand]) -> dict[str, Decimal]:
-    total: dict[str, Decimal] = {}
+def total_demand(demands: list[PodDemand]) -> dict[str, Amount]:
+    total: dict[str, Amount] = {}
     for demand in demands:
         for name, amount in demand.requests.items():
-            total[name] = total.get(name, Decimal(0)) + amount * demand.count
+            total[name] = total.get(name, 0) + amount * demand.count
     return total
 
 
 _BASE_RESOURCES = ("cpu", "memory")
 
 
-def scored_resources(demand: Mapping[str, Decimal]) -> tuple[str, ...]:
+def scored_resources(demand: Mapping[str, Amount]) -> tuple[str, ...]:
     """cpu, memory and the other resources the job asks for (the allocation scores average
     the free share of each)."""
     for resource, amount in demand.items():
@@ -245,7 +242,7 @@ def scored_resources(demand: Mapping[str, Decimal]) -> tuple[str, ...]:
     return _BASE_RESOURCES
 
 
-def _size(demand: PodDemand) -> tuple[Decimal, ...]:
+def _size(demand: PodDemand) -> tuple[Amount, ...]:
     return tuple(sorted(demand.requests.values(), reverse=True))
 
 
@@ -277,7 +274,7 @@ class JobProfile:
         self,
         demands: tuple[PodDemand, ...],
         ordered: tuple[PodDemand, ...],
-        total: dict[str, Decimal],
+        total: dict[str, Amount],
         namespace: str,
         cluster_selector: tuple[LabelRequirement, ...],
         preferred_clusters: tuple[LabelRequirement, ...],
@@ -328,7 +325,7 @@ def profile_job(job: AnyJob) -> JobProfile:
         )
     selector = _annotation_selector(annotations, CLUSTER_SELECTOR, problems)
     preferred = _annotation_selector(annotations, PREFERRED_CLUSTER_LABELS, problems)
-    privileges = requested_privileges(job)
+    privileges = requested_privileges(job, [d.replica_type for d in demands])
     namespace = job.metadata.namespace
     problem = "; ".join(problems) or None
     total = total_demand(list(demands))
@@ -342,7 +339,7 @@ def profile_job(job: AnyJob) -> JobProfile:
         privileges=privileges,
         problem=problem,
         key=(tuple(d.key for d in demands), namespace, selector, preferred, privileges, problem),
-        scored=tuple([(r, float(total.get(r, _ZERO))) for r in scored_resources(total)]),
+        scored=tuple([(r, float(total.get(r, 0))) for r in scored_resources(total)]),
     )
 
 

@@ -10,19 +10,19 @@ import heapq
 import operator
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import InvalidOperation
 from itertools import compress, repeat
 
+from dispatcher.amounts import Amount, compact_all
 from dispatcher.demand import PodDemand, packing_order
 from schemas.cluster import NodeSnapshot, Taint
 from schemas.pod import Toleration
 from schemas.quantity import format_quantity
 
-Usage = dict[str, dict[str, Decimal]]
+Usage = dict[str, dict[str, Amount]]
 """node name -> resource -> amount"""
 
 _POD_SLOT = "pods"
-_ZERO = Decimal(0)
 
 
 @dataclass
@@ -30,18 +30,18 @@ class NodeRoom:
     """A node's room for new pods: what is left after running pods and reservations."""
 
     name: str
-    free: dict[str, Decimal]
+    free: dict[str, Amount]
     labels: dict[str, str] = field(default_factory=dict)
     taints: list[Taint] = field(default_factory=list)
 
     @classmethod
     def of(
-        cls, node: NodeSnapshot, *, empty: bool = False, reserved: dict[str, Decimal] | None = None
+        cls, node: NodeSnapshot, *, empty: bool = False, reserved: dict[str, Amount] | None = None
     ) -> NodeRoom:
-        free = (
-            dict(node.allocatable)
+        free = compact_all(
+            node.allocatable
             if empty
-            else {r: node.free(r) - (reserved or {}).get(r, _ZERO) for r in node.allocatable}
+            else {r: node.free(r) - (reserved or {}).get(r, 0) for r in node.allocatable}
         )
         return cls(node.name, free, dict(node.labels), list(node.taints))
 
@@ -91,20 +91,20 @@ def admitting_nodes(nodes: Sequence[NodeRoom | NodeSnapshot], demand: PodDemand)
     return [i for i, node in enumerate(nodes) if admission_problem(node, demand) is None]
 
 
-def _needs(demand: PodDemand, node: NodeRoom) -> dict[str, Decimal]:
+def _needs(demand: PodDemand, node: NodeRoom) -> dict[str, Amount]:
     return demand.needs[_POD_SLOT in node.free]
 
 
-def _slack(free: Mapping[str, Decimal], needs: tuple[tuple[str, Decimal], ...]) -> Decimal | None:
+def _slack(free: Mapping[str, Amount], needs: tuple[tuple[str, Amount], ...]) -> Amount | None:
     """The smallest slack left after placing one pod; None when something does not fit."""
-    slack: Decimal | None = None
+    slack: Amount | None = None
     for resource, amount in needs:
-        left = free.get(resource, _ZERO) - amount
-        if left < _ZERO:  # a Decimal zero: against the int 0 each comparison converts it
+        left = free.get(resource, 0) - amount
+        if left < 0:
             return None
         if slack is None or left < slack:
             slack = left
-    return slack if slack is not None else _ZERO
+    return slack if slack is not None else 0
 
 
 def shortage(
@@ -122,11 +122,11 @@ def shortage(
         return f"no node admits {demand.replica_type} pods ({detail})"
     short = []
     for resource, amount in _needs(demand, nodes[admitting[0]]).items():
-        best = max(nodes[i].free.get(resource, _ZERO) for i in admitting)
+        best = max(nodes[i].free.get(resource, 0) for i in admitting)
         if best < amount:
             short.append(
                 f"{resource}: needs {format_quantity(amount)} per pod, "
-                f"most on one node {format_quantity(max(best, _ZERO))}"
+                f"most on one node {format_quantity(max(best, 0))}"
             )
     if short:
         return f"{demand.replica_type} pod does not fit on any node ({'; '.join(short)})"
@@ -141,12 +141,12 @@ _MANY = 1 << 24
 """More pods than any gang has (replicas are capped at 10,000 per type)."""
 
 
-def pod_slots(free: Mapping[str, Decimal], needs: tuple[tuple[str, Decimal], ...]) -> int:
+def pod_slots(free: Mapping[str, Amount], needs: tuple[tuple[str, Amount], ...]) -> int:
     """How many pods taking `needs` fit into `free` at once (at most `_MANY` are counted:
     an exact quotient of 2^63 by 1e-10 is beyond Decimal's precision)."""
     slots = _UNBOUNDED
     for resource, amount in needs:
-        have = free.get(resource, _ZERO)
+        have = free.get(resource, 0)
         if have < amount:
             return 0
         try:
@@ -162,15 +162,15 @@ def pod_slots(free: Mapping[str, Decimal], needs: tuple[tuple[str, Decimal], ...
 
 def largest_pod(demands: Sequence[PodDemand]) -> PodDemand:
     """A pod as large as the largest of each resource among `demands`."""
-    largest: dict[str, Decimal] = {}
+    largest: dict[str, Amount] = {}
     for demand in demands:
         for resource, amount in demand.requests.items():
-            largest[resource] = max(largest.get(resource, _ZERO), amount)
+            largest[resource] = max(largest.get(resource, 0), amount)
     return PodDemand("*", sum(d.count for d in demands), largest)
 
 
 def surely_fits(
-    free_of: Callable[[int], Mapping[str, Decimal]],
+    free_of: Callable[[int], Mapping[str, Amount]],
     pod_slot: Sequence[bool],
     demands: Sequence[PodDemand],
     candidates: Sequence[Sequence[int]],
@@ -238,7 +238,7 @@ def gang_fit(
 
 
 def best_fit(
-    free_of: Callable[[int], Mapping[str, Decimal]],
+    free_of: Callable[[int], Mapping[str, Amount]],
     names: Sequence[str],
     pod_slot: Sequence[bool],
     demands: Sequence[PodDemand],
@@ -251,11 +251,11 @@ def best_fit(
     Only the chosen node's slack changes per pod, so the candidates sit in a heap; only the
     nodes that take pods are copied.
     """
-    taken: dict[int, dict[str, Decimal]] = {}
+    taken: dict[int, dict[str, Amount]] = {}
     usage: Usage = {}
     for at, demand in enumerate(demands):
         positive, full = demand.positive_needs, demand.needs
-        heap: list[tuple[Decimal, int]] = []
+        heap: list[tuple[Amount, int]] = []
         for index in candidates[at]:
             room = taken.get(index)
             slack = _slack(free_of(index) if room is None else room, positive[pod_slot[index]])
@@ -271,8 +271,8 @@ def best_fit(
                 room = taken[index] = dict(free_of(index))
             node_usage = usage.setdefault(names[index], {})
             for resource, amount in full[pod_slot[index]].items():
-                room[resource] = room.get(resource, _ZERO) - amount
-                node_usage[resource] = node_usage.get(resource, _ZERO) + amount
+                room[resource] = room.get(resource, 0) - amount
+                node_usage[resource] = node_usage.get(resource, 0) + amount
             slack = _slack(room, positive[pod_slot[index]])
             if slack is not None:
                 heapq.heappush(heap, (slack, index))
@@ -284,7 +284,7 @@ SEARCH_BUDGET = 4_000
 
 
 def search_fit(
-    free_of: Callable[[int], Mapping[str, Decimal]],
+    free_of: Callable[[int], Mapping[str, Amount]],
     names: Sequence[str],
     pod_slot: Sequence[bool],
     demands: Sequence[PodDemand],
@@ -303,9 +303,9 @@ def search_fit(
     if cannot_fit(free_of, pod_slot, demands, candidates):
         return None, True
     order = [at for at, demand in enumerate(demands) for _ in range(demand.count)]
-    rooms: dict[int, dict[str, Decimal]] = {}
+    rooms: dict[int, dict[str, Amount]] = {}
 
-    def room(index: int) -> dict[str, Decimal]:
+    def room(index: int) -> dict[str, Amount]:
         found = rooms.get(index)
         if found is None:
             found = rooms[index] = dict(free_of(index))
@@ -329,7 +329,7 @@ def search_fit(
         index = candidates[at][position]
         free = room(index)
         for resource, amount in demands[at].needs[pod_slot[index]].items():
-            free[resource] = free.get(resource, _ZERO) - sign * amount
+            free[resource] = free.get(resource, 0) - sign * amount
 
     if not order:
         return {}, True
@@ -357,22 +357,22 @@ def search_fit(
                 index = candidates[at][position]
                 node_usage = usage.setdefault(names[index], {})
                 for resource, amount in demands[at].needs[pod_slot[index]].items():
-                    node_usage[resource] = node_usage.get(resource, _ZERO) + amount
+                    node_usage[resource] = node_usage.get(resource, 0) + amount
             return usage, True
         frames.append((fitting(len(chosen), chosen), 0))
     return None, True
 
 
 def cannot_fit(
-    free_of: Callable[[int], Mapping[str, Decimal]],
+    free_of: Callable[[int], Mapping[str, Amount]],
     pod_slot: Sequence[bool],
     demands: Sequence[PodDemand],
     candidates: Sequence[Sequence[int]],
 ) -> bool:
     """True when the nodes surely cannot hold the gang: a replica type has fewer pod slots
     on its nodes than pods, or the gang needs more of a resource than its nodes have."""
-    needed: dict[str, Decimal] = {}
-    have: dict[str, Decimal] = {}
+    needed: dict[str, Amount] = {}
+    have: dict[str, Amount] = {}
     counted: set[int] = set()
     for demand, nodes in zip(demands, candidates, strict=True):
         slots = 0
@@ -381,15 +381,15 @@ def cannot_fit(
             if index not in counted:
                 counted.add(index)
                 for resource, amount in free_of(index).items():
-                    have[resource] = have.get(resource, _ZERO) + amount
+                    have[resource] = have.get(resource, 0) + amount
         if slots < demand.count:
             return True
         for resource, amount in demand.requests.items():
-            needed[resource] = needed.get(resource, _ZERO) + amount * demand.count
-    return any(amount > have.get(resource, _ZERO) for resource, amount in needed.items())
+            needed[resource] = needed.get(resource, 0) + amount * demand.count
+    return any(amount > have.get(resource, 0) for resource, amount in needed.items())
 
 
-Entry = tuple[Decimal, int, int]
+Entry = tuple[Amount, int, int]
 """A packing candidate: (slack after one more pod, node index, token)."""
 
 
@@ -412,7 +412,7 @@ class PackingHeap:
     @classmethod
     def scan(
         cls,
-        free_of: Callable[[int], Mapping[str, Decimal]],
+        free_of: Callable[[int], Mapping[str, Amount]],
         pod_slot: Sequence[bool],
         demand: PodDemand,
         candidates: Sequence[int],
@@ -428,7 +428,7 @@ class PackingHeap:
 
     @classmethod
     def from_columns(
-        cls, columns: Mapping[str, Sequence[Decimal]], demand: PodDemand, admitted: Sequence[bool]
+        cls, columns: Mapping[str, Sequence[Amount]], demand: PodDemand, admitted: Sequence[bool]
     ) -> PackingHeap:
         """The same heap as `scan`, from free amounts held per resource (see `columns_for`),
         worked out by C-level maps instead of a loop over nodes."""
@@ -436,7 +436,7 @@ class PackingHeap:
             list(map(operator.sub, columns[r], repeat(a))) for r, a in demand.positive_needs[1]
         ]
         slack = list(map(min, *lefts)) if len(lefts) > 1 else lefts[0]
-        fits = map(operator.and_, admitted, map(_ZERO.__le__, slack))
+        fits = map(operator.and_, admitted, map(operator.le, repeat(0), slack))
         entries = list(compress(zip(slack, range(len(slack)), repeat(0)), fits))
         heapq.heapify(entries)
         return cls(entries)
@@ -447,7 +447,7 @@ class PackingHeap:
 
     def refresh(
         self,
-        free_of: Callable[[int], Mapping[str, Decimal]],
+        free_of: Callable[[int], Mapping[str, Amount]],
         pod_slot: Sequence[bool],
         demand: PodDemand,
         nodes: Iterable[int],
@@ -491,7 +491,7 @@ def columns_for(demands: Sequence[PodDemand]) -> tuple[str, ...] | None:
 
 
 def best_fit_from(
-    free_of: Callable[[int], Mapping[str, Decimal]],
+    free_of: Callable[[int], Mapping[str, Amount]],
     names: Sequence[str],
     pod_slot: Sequence[bool],
     demands: Sequence[PodDemand],
@@ -500,7 +500,7 @@ def best_fit_from(
 ) -> Usage | None:
     """`best_fit` from up-to-date `PackingHeap`s (left unchanged): only the nodes the gang
     takes cost Python work, however many nodes the cluster has. None when it does not fit."""
-    taken: dict[int, dict[str, Decimal]] = {}
+    taken: dict[int, dict[str, Amount]] = {}
     usage: Usage = {}
     for at, demand in enumerate(demands):
         positive, full = demand.positive_needs, demand.needs
@@ -526,8 +526,8 @@ def best_fit_from(
                 room = taken[index] = dict(free_of(index))
             node_usage = usage.setdefault(names[index], {})
             for resource, amount in full[pod_slot[index]].items():
-                room[resource] = room.get(resource, _ZERO) - amount
-                node_usage[resource] = node_usage.get(resource, _ZERO) + amount
+                room[resource] = room.get(resource, 0) - amount
+                node_usage[resource] = node_usage.get(resource, 0) + amount
             token = current[index] = start.token()
             slack = _slack(room, positive[pod_slot[index]])
             if slack is not None:

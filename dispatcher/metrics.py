@@ -20,6 +20,7 @@ from prometheus_client.metrics_core import Metric
 
 from bus.base import Subscription
 from bus.metrics import LagSampler, bus_metrics
+from dispatcher.amounts import Amount
 from dispatcher.ledger import JobRecord, Ledger
 from dispatcher.registry import ClusterRegistry
 from dispatcher.reservations import Reservations
@@ -194,7 +195,7 @@ class _ClusterFigures:
     reservations: int
     allocatable: dict[str, Decimal]
     free: dict[str, Decimal]
-    reserved: dict[str, Decimal]
+    reserved: dict[str, Amount]
 
 
 class HubCollector:

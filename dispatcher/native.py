@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 COMPILED = (
+    "amounts",
     "demand",
     "gang_fit",
     "placement",

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
+from dispatcher.amounts import Amount, compact
 from dispatcher.demand import CLUSTER_SELECTOR, JobProfile, PodDemand
 from dispatcher.gang_fit import (
     NodeRoom,
@@ -40,10 +41,10 @@ from dispatcher.scoring import ScoreInput, WeightedScorer
 from schemas.cluster import ClusterSnapshot
 from schemas.events import ClusterScore
 
-_ZERO = Decimal(0)
 _score = ClusterScore.__pydantic_validator__.validate_python
 """Builds a ClusterScore from a dict: the model's own validation without the Python
-`__init__` around it, a third cheaper; one is built for every cluster judged again."""
+`__init__` around it, a third cheaper; one is built for every cluster judged again (setting
+the fields through `object.__setattr__`, as `model_construct` does, measured no cheaper)."""
 _INFINITE = Decimal("Infinity")
 _POD_SLOT = "pods"
 _RANK_BITS = 24
@@ -54,13 +55,20 @@ _MAX_SHAPE_IDS = 4096
 
 
 def to_thousandths(value: float) -> float:
-    """`round(value, 3)`, the same float, without its decimal conversion where the value is
-    clearly not halfway between two thousandths (round() took a tenth of judging a cluster)."""
+    """`round(value, 3)`, the same float, without round()'s decimal conversion (a tenth of
+    judging a cluster): scores are means of shares of capacities, often powers of two, so
+    nearly half of them lie exactly halfway between two thousandths."""
     scaled = value * 1000.0
     if 0.0 < scaled < 1e15:  # (zero: round keeps the sign of -0.0)
         whole = int(scaled + 0.5)
         if abs(scaled - whole) < 0.4999:  # far from a tie: the nearest thousandth is `whole`
             return whole / 1000.0  # division rounds correctly: the float round() returns
+        # Near a tie: settle it on the float's exact value, half to even, as round() does.
+        numerator, denominator = value.as_integer_ratio()
+        whole, left = divmod(numerator * 1000, denominator)
+        if 2 * left > denominator or (2 * left == denominator and whole % 2 == 1):
+            whole += 1
+        return whole / 1000.0
     return round(value, 3)
 
 
@@ -222,20 +230,20 @@ class ClusterFacts:
         nodes = snapshot.nodes
         self.node_names = [n.name for n in nodes]
         self.node_index = {name: i for i, name in enumerate(self.node_names)}
-        self.base_free: list[dict[str, Decimal]] = []
-        capacity: dict[str, Decimal] = {}
-        free: dict[str, Decimal] = {}
+        self.base_free: list[dict[str, Amount]] = []
+        capacity: dict[str, Amount] = {}
+        free: dict[str, Amount] = {}
         for node in nodes:
             requested = node.requested
-            left = {r: a - requested.get(r, _ZERO) for r, a in node.allocatable.items()}
+            left = {r: compact(a - requested.get(r, 0)) for r, a in node.allocatable.items()}
             self.base_free.append(left)
             for resource, amount in node.allocatable.items():
-                capacity[resource] = capacity.get(resource, _ZERO) + amount
+                capacity[resource] = capacity.get(resource, 0) + compact(amount)
                 have = left[resource]
-                if have > _ZERO:
-                    free[resource] = free.get(resource, _ZERO) + have
+                if have > 0:
+                    free[resource] = free.get(resource, 0) + have
                 elif resource not in free:
-                    free[resource] = _ZERO
+                    free[resource] = 0
         self.capacity, self.free = capacity, free
         self.capacity_float = {r: float(a) for r, a in capacity.items()}
         self.pod_slot = [_POD_SLOT in n.allocatable for n in nodes]
@@ -253,12 +261,12 @@ class ClusterFacts:
         self.shapes: dict[int, _ShapeState] = {}
         self._admitting: dict[tuple[object, ...], list[int]] = {}
         self._empty_rooms: list[NodeRoom] | None = None
-        self._base_columns: dict[str, list[Decimal]] = {}
+        self._base_columns: dict[str, list[Amount]] = {}
         self._version: object = _UNSET
-        self._reserved: Mapping[str, Mapping[str, Decimal]] = {}
+        self._reserved: Mapping[str, Mapping[str, Amount]] = {}
         self._node_versions: Mapping[str, int] = {}
-        self._patched: dict[int, tuple[int, dict[str, Decimal]]] = {}
-        self._free_now: dict[str, Decimal] = {}
+        self._patched: dict[int, tuple[int, dict[str, Amount]]] = {}
+        self._free_now: dict[str, Amount] = {}
         self._free_float: dict[str, float] = {}
         self._rooms_now: list[NodeRoom] | None = None
         if previous is not None and previous.name == self.name:
@@ -404,7 +412,7 @@ class ClusterFacts:
         else:
             self._patched = {}
 
-    def free_of(self, index: int) -> dict[str, Decimal]:
+    def free_of(self, index: int) -> dict[str, Amount]:
         """Node `index`'s free amounts after reservations."""
         name = self.node_names[index]
         held = self._reserved.get(name)
@@ -414,7 +422,7 @@ class ClusterFacts:
         known = self._patched.get(index)
         if known is not None and known[0] == version:
             return known[1]
-        patched = {r: v - held.get(r, _ZERO) for r, v in self.base_free[index].items()}
+        patched = {r: v - held.get(r, 0) for r, v in self.base_free[index].items()}
         self._patched[index] = (version, patched)
         return patched
 
@@ -553,12 +561,12 @@ class ClusterFacts:
             heaps.append(PackingHeap.from_columns(columns, demand, admitted))
         return heaps
 
-    def _column_now(self, resource: str) -> list[Decimal]:
+    def _column_now(self, resource: str) -> list[Amount]:
         """Every node's free amount of `resource` after reservations, as a fresh list
         (`pods`: infinite on nodes that do not count pods)."""
         base = self._base_columns.get(resource)
         if base is None:
-            missing = _INFINITE if resource == _POD_SLOT else _ZERO
+            missing: Amount = _INFINITE if resource == _POD_SLOT else 0
             base = self._base_columns[resource] = [f.get(resource, missing) for f in self.base_free]
         column = base.copy()
         where = self.node_index

@@ -7,7 +7,7 @@ A job is judged on every pod template it would create; any value other than abse
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -43,7 +43,9 @@ def _asks(value: object) -> bool:
 
 
 def _extra(model: PodSpec | Container) -> Mapping[str, Any]:
-    return model.model_extra or {}
+    # What `model_extra` returns, read directly: that property runs as Python, once per
+    # container of every job placed.
+    return model.__pydantic_extra__ or {}
 
 
 def _security_contexts(pod: PodSpec) -> Iterator[tuple[str, object, Any]]:
@@ -66,12 +68,16 @@ def _security_contexts(pod: PodSpec) -> Iterator[tuple[str, object, Any]]:
                     yield "ephemeralContainers", i, context
 
 
-def requested_privileges(job: AnyJob) -> tuple[PrivilegeRequest, ...]:
+def requested_privileges(
+    job: AnyJob, making: Collection[str] | None = None
+) -> tuple[PrivilegeRequest, ...]:
     """Every place in the pod templates the job makes pods of that asks for a host
-    privilege (a replica type of 0 replicas makes none)."""
+    privilege (a replica type of 0 replicas makes none). `making`: the replica types that
+    make pods, when the caller has counted them already."""
     found: list[PrivilegeRequest] = []
     for rtype, rspec in job.replica_specs.items():
-        if job.replicas_of(rtype) == 0:
+        makes_pods = rtype in making if making is not None else job.replicas_of(rtype) > 0
+        if not makes_pods:
             continue
         pod = rspec.template.spec
         extra = _extra(pod)

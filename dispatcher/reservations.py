@@ -7,12 +7,9 @@ every change, since placement reads them for every candidate cluster of every jo
 
 from __future__ import annotations
 
-from decimal import Decimal
-
+from dispatcher.amounts import Amount
 from dispatcher.gang_fit import Usage
 from schemas.cluster import ClusterSnapshot
-
-_ZERO = Decimal(0)
 
 
 class Reservations:
@@ -20,8 +17,8 @@ class Reservations:
         self._held: dict[str, dict[str, Usage]] = {}
         self._cluster_of: dict[str, str] = {}
         """job uid -> the cluster holding its reservation, so a release costs one lookup."""
-        self._per_node: dict[str, dict[str, dict[str, Decimal]]] = {}
-        self._per_cluster: dict[str, dict[str, Decimal]] = {}
+        self._per_node: dict[str, dict[str, dict[str, Amount]]] = {}
+        self._per_cluster: dict[str, dict[str, Amount]] = {}
         self.version = 0
         """Changes whenever any reservation does (lets callers cache derived views)."""
 
@@ -33,8 +30,8 @@ class Reservations:
             for resource, amount in resources.items():
                 if sign < 0:
                     amount = -amount
-                slot[resource] = slot.get(resource, _ZERO) + amount
-                totals[resource] = totals.get(resource, _ZERO) + amount
+                slot[resource] = slot.get(resource, 0) + amount
+                totals[resource] = totals.get(resource, 0) + amount
         self.version += 1
 
     def reserve(self, cluster: str, job_uid: str, usage: Usage) -> None:
@@ -61,7 +58,7 @@ class Reservations:
             del self._cluster_of[uid]
         return seen
 
-    def on_node(self, cluster: str) -> dict[str, dict[str, Decimal]]:
+    def on_node(self, cluster: str) -> dict[str, dict[str, Amount]]:
         """Reserved amount per node and resource (read-only view)."""
         return self._per_node.get(cluster, {})
 
@@ -70,5 +67,5 @@ class Reservations:
             return len(self._held.get(cluster, {}))
         return sum(len(jobs) for jobs in self._held.values())
 
-    def total(self, cluster: str, resource: str) -> Decimal:
-        return self._per_cluster.get(cluster, {}).get(resource, _ZERO)
+    def total(self, cluster: str, resource: str) -> Amount:
+        return self._per_cluster.get(cluster, {}).get(resource, 0)

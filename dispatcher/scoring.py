@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Final, Protocol
 
+from dispatcher.amounts import Amount
 from dispatcher.demand import LabelRequirement, PodDemand, scored_resources
 from schemas.cluster import ClusterSnapshot
 
-_ZERO = Decimal(0)
 NEUTRAL = 50.0
 DEFAULT_GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
@@ -35,9 +35,9 @@ DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 @dataclass(slots=True)
 class ScoreInput:
     cluster: ClusterSnapshot
-    free: Mapping[str, Decimal]
+    free: Mapping[str, Amount]
     """Cluster-wide free amount per resource after running pods and reservations."""
-    demand: Mapping[str, Decimal]
+    demand: Mapping[str, Amount]
     """The whole job's requests per resource."""
     pods: tuple[PodDemand, ...] = ()
     """The job's pods per replica type, with their node constraints."""
@@ -45,7 +45,7 @@ class ScoreInput:
     """The job's soft wishes on cluster labels."""
     max_cost: float = 0.0
     """The highest `cost` among the clusters considered for this decision."""
-    capacity: Mapping[str, Decimal] | None = None
+    capacity: Mapping[str, Amount] | None = None
     """Cluster-wide allocatable per resource, when the caller has it at hand."""
     free_float: Mapping[str, float] | None = None
     """`free` in floats, when the caller keeps it (placement does, per cluster)."""
@@ -55,9 +55,9 @@ class ScoreInput:
     """The resources allocation scores look at (`scored_resources`), each with the job's
     demand as a float, when the caller keeps them (placement does, per job)."""
 
-    def total(self, resource: str) -> Decimal:
+    def total(self, resource: str) -> Amount:
         if self.capacity is not None:
-            return self.capacity.get(resource, _ZERO)
+            return self.capacity.get(resource, 0)
         return self.cluster.total(resource)
 
 
@@ -92,8 +92,8 @@ def _free_share_after(item: ScoreInput) -> float:
     if free is None or capacity is None or scored is None:
         demand = item.demand
         resources = scored_resources(demand)
-        scored = tuple((r, float(demand.get(r, _ZERO))) for r in resources)
-        free = {r: float(item.free.get(r, _ZERO)) for r in resources}
+        scored = tuple((r, float(demand.get(r, 0))) for r in resources)
+        free = {r: float(item.free.get(r, 0)) for r in resources}
         capacity = {r: float(item.total(r)) for r in resources}
     total = 0.0
     count = 0

@@ -73,8 +73,10 @@ def _in_range(number: Decimal, value: Any) -> Decimal:
     return number
 
 
-def format_quantity(value: Decimal) -> str:
-    """Render a Decimal back in Kubernetes notation (milli-units or binary suffixes)."""
+def format_quantity(value: Decimal | int) -> str:
+    """Render an amount back in Kubernetes notation (milli-units or binary suffixes)."""
+    if isinstance(value, int):
+        value = Decimal(value)
     if value == value.to_integral_value():
         whole = int(value)
         for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):

@@ -555,6 +555,9 @@ def test_extreme_quantities_place_without_arithmetic_errors() -> None:
         st.floats(min_value=-1e6, max_value=1e16, allow_nan=False),
         st.integers(min_value=0, max_value=10**8).map(lambda n: n / 2000),  # halfway cases
         st.integers(min_value=0, max_value=10**8).map(lambda n: n / 1000 + 0.0005),
+        # exact binary values halfway between thousandths, as shares of 2^k capacities give
+        st.integers(min_value=0, max_value=10**9).map(lambda n: n / 2**14),
+        st.integers(min_value=0, max_value=10**7).map(lambda n: (2 * n + 1) / 16),  # x.5 ties
     )
 )
 def test_scores_round_to_thousandths_exactly_as_round_does(value: float) -> None:
