@@ -12,7 +12,14 @@ from schemas.conditions import ConditionValue, set_condition
 from schemas.status import ConditionType, JobCondition, JobPhase, JobStatus, ReplicaStatus
 from workers.backends.base import UNSCHEDULABLE_PREFIX, PodObservation, PodPhase
 from workers.frameworks.base import ReplicaCounts
-from workers.rendering import LABEL_JOB_NAME, LABEL_REPLICA_TYPE, PodPlan, RenderedJob
+from workers.rendering import (
+    LABEL_JOB_NAME,
+    LABEL_OPERATOR,
+    LABEL_REPLICA_TYPE,
+    OPERATOR_NAME,
+    PodPlan,
+    RenderedJob,
+)
 
 Clock = Callable[[], datetime]
 _ACTIVE: tuple[PodPhase, ...] = ("Pending", "Running")
@@ -403,7 +410,12 @@ class JobRun:
         }
 
     def _selector(self, rtype: str) -> str:
-        return f"{LABEL_JOB_NAME}={self.name},{LABEL_REPLICA_TYPE}={rtype.lower()}"
+        # As upstream writes it: the job's labels and the replica type, keys in order; the
+        # operator's name keeps out pods another operator made for a job of the same name.
+        return (
+            f"{LABEL_JOB_NAME}={self.name},{LABEL_OPERATOR}={OPERATOR_NAME},"
+            f"{LABEL_REPLICA_TYPE}={rtype.lower()}"
+        )
 
     def _to_delete(self, *, stop_active: bool) -> list[PodPlan]:
         """Pods to delete now that the job finished: cleanPodPolicy's (All; Running for

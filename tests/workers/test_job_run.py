@@ -72,8 +72,11 @@ def test_created_running_succeeded_with_times_and_replica_statuses() -> None:
     assert running.changed and run.phase == JobPhase.RUNNING
     assert run.status.replicaStatuses["Worker"].active == 2
     assert run.status.replicaStatuses["Worker"].selector == (
-        "training.kubeflow.org/job-name=j,training.kubeflow.org/replica-type=worker"
+        "training.kubeflow.org/job-name=j,training.kubeflow.org/operator-name=trainhub,"
+        "training.kubeflow.org/replica-type=worker"
     )
+    selected = dict(p.split("=") for p in run.status.replicaStatuses["Worker"].selector.split(","))
+    assert all(selected.items() <= plan.labels.items() for plan in start.create)  # it selects them
     see(run, "j-worker-1", "Running")
     assert not see(run, "j-worker-0", "Succeeded", 0).finished
     clock.advance(5)
