@@ -70,13 +70,28 @@ def test_an_interrupted_stream_raises_the_interrupt_and_closes_its_generator() -
         finally:
             closed.set()
 
-    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
+    # Ctrl-C every 0.3 s until one interrupts the loop: Python drops an interrupt that lands
+    # in a finalizer (a weakref callback, a __del__), which a loaded machine makes likelier.
+    interrupted = threading.Event()
+
+    def interrupt(signum: int, frame: object) -> None:
+        if not interrupted.is_set():
+            raise KeyboardInterrupt
+
+    def press() -> None:
+        while not interrupted.wait(0.3):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    default = signal.signal(signal.SIGINT, interrupt)
+    presser = threading.Thread(target=press)
+    presser.start()
     try:
         with pytest.raises(KeyboardInterrupt):
             for _ in loop.iterate(slow()):
                 pass
     finally:
-        timer.cancel()
+        interrupted.set()
+        presser.join()
+        signal.signal(signal.SIGINT, default)
         loop.close(_nothing())
     assert closed.wait(5)
