@@ -26,6 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from bench.jobs import jax_job
 from bus.base import Bus
 from bus.events import publish_event
 from bus.kafka import KafkaBus
@@ -46,22 +47,7 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def job(i: int, run: str) -> dict[str, Any]:
-    container = {
-        "name": "jax",
-        "image": "bench",
-        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
-    }
-    return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "JAXJob",
-        "metadata": {"name": f"bench-{run}-{i}"},
-        "spec": {
-            "runPolicy": {"managedBy": "trainhub.io/dispatcher"},
-            "jaxReplicaSpecs": {
-                "Worker": {"replicas": 2, "template": {"spec": {"containers": [container]}}}
-            },
-        },
-    }
+    return jax_job(f"bench-{run}-{i}", 2, "100m", "64Mi")
 
 
 async def heartbeat(bus: Bus, topics: Topics, clusters: int = 4) -> None:

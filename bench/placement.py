@@ -39,6 +39,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from bench.jobs import jax_job
 from dispatcher import native
 from dispatcher.gang_fit import Usage
 from dispatcher.placement import Placer, VersionedReservations
@@ -60,25 +61,7 @@ UTILISATION = 0.6
 
 def job_document(index: int, rng: random.Random, sizes: int = 2) -> dict[str, Any]:
     cpu, memory = rng.choice(SIZES[:sizes])
-    container = {
-        "name": "jax",
-        "image": "bench/jax:1",
-        "resources": {"requests": {"cpu": cpu, "memory": memory}},
-    }
-    return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "JAXJob",
-        "metadata": {"name": f"bench-{index}", "namespace": "default"},
-        "spec": {
-            "runPolicy": {"managedBy": "trainhub.io/dispatcher"},
-            "jaxReplicaSpecs": {
-                "Worker": {
-                    "replicas": rng.randint(2, 4),
-                    "template": {"spec": {"containers": [container]}},
-                }
-            },
-        },
-    }
+    return jax_job(f"bench-{index}", rng.randint(2, 4), cpu, memory)
 
 
 class Fleet:

@@ -30,6 +30,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from bench.jobs import jax_job
 from bus.events import publish_event
 from bus.memory import MemoryBus
 from bus.topics import Topics
@@ -47,22 +48,7 @@ NODES = 50
 
 
 def job(index: int) -> dict[str, Any]:
-    container = {
-        "name": "jax",
-        "image": "bench",
-        "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
-    }
-    return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "JAXJob",
-        "metadata": {"name": f"moved-{index}", "namespace": "default"},
-        "spec": {
-            "runPolicy": {"managedBy": "trainhub.io/dispatcher"},
-            "jaxReplicaSpecs": {
-                "Worker": {"replicas": 2, "template": {"spec": {"containers": [container]}}}
-            },
-        },
-    }
+    return jax_job(f"moved-{index}", 2, "1", "2Gi")
 
 
 def snapshot(name: str) -> ClusterSnapshot:
