@@ -7,10 +7,13 @@ Written to bench/results/kube.json:
   whole run, and within one job's burst of creates);
 - submit -> all of a job's pods bound (spec.nodeName set) latency, p50 / p99 / max;
 - apiserver requests per job (the workers' `KubeApi.requests`, split by verb and resource),
-  against the target "a small constant plus one create per object".
+  against the target "a small constant plus one create per object";
+- the CPU this process (hub, workers, the bench's watches) spent per pod;
+- then, on the same clusters, the run's objects created straight without trainhub (per cluster
+  the jobs the hub gave it), for comparison (`--no-ceiling` skips it).
 
 Usage: python -m bench.kube_throughput [--jobs M] [--pods K] [--memory-bus] [--serial-submit]
-       [--bootstrap HOST:PORT] [--heartbeat-interval S] [--output FILE]
+       [--bootstrap HOST:PORT] [--heartbeat-interval S] [--no-ceiling] [--output FILE]
 Without --bootstrap (and without --memory-bus) a sandbox broker is started for the run; the
 clusters are always started, in a temporary directory, and stopped at the end.
 """
@@ -47,6 +50,7 @@ from dispatcher.hub import Hub, HubConfig
 from schemas.codec import decode_event
 from schemas.errors import EventDecodeError
 from schemas.events import EventType, JobStatusUpdate
+from schemas.job_parsing import parse_job
 from schemas.status import JobPhase
 from trainhub.producer import submit_document
 from trainhub.sandbox.kube_cluster import (
@@ -60,8 +64,8 @@ from trainhub.sandbox.kube_cluster import (
 from workers.backends.kube import MANAGED_SELECTOR, KubeBackend
 from workers.backends.kube_client import KubeApi
 from workers.metrics import KUBE_API
-from workers.rendering import LABEL_JOB_UID
-from workers.worker import Worker, WorkerConfig
+from workers.rendering import LABEL_JOB_UID, PodPlan, ServicePlan, render_job
+from workers.worker import CREATE_CONCURRENCY, Worker, WorkerConfig
 
 RESULTS = Path(__file__).parent / "results"
 TARGET_PODS_PER_SECOND = 100.0
@@ -319,7 +323,7 @@ async def run(args: argparse.Namespace, sandbox: KubeSandbox, bus: Bus) -> dict[
             uid = await submit_document(bus, topics, document)
             submitted[uid] = (wall, mono)
 
-        began = time.monotonic()
+        began, cpu_began = time.monotonic(), time.process_time()
         if args.serial_submit:
             for i in range(args.jobs):
                 await submit(i)
@@ -340,6 +344,7 @@ async def run(args: argparse.Namespace, sandbox: KubeSandbox, bus: Bus) -> dict[
         while bound() < total_pods and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         all_bound = time.monotonic() - began
+        cpu_to_bound = time.process_time() - cpu_began
         while len(status.finished) < args.jobs and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.1)
         all_finished = time.monotonic() - began
@@ -368,6 +373,7 @@ async def run(args: argparse.Namespace, sandbox: KubeSandbox, bus: Bus) -> dict[
             "all_pods_bound_s": round(all_bound, 3),
             "all_jobs_finished_s": round(all_finished, 3),
         },
+        cpu_to_bound=cpu_to_bound,
     )
 
 
@@ -381,6 +387,7 @@ def report(
     requests_before: dict[str, int],
     requests_after: dict[str, int],
     timings: dict[str, float],
+    cpu_to_bound: float,
 ) -> dict[str, Any]:
     clusters: dict[str, Any] = {}
     bound_at: dict[str, list[float]] = {}
@@ -434,6 +441,7 @@ def report(
         "pods_per_job": args.pods,
         "heartbeat_interval_s": args.heartbeat_interval,
         "timings": timings,
+        "trainhub_cpu": trainhub_cpu(cpu_to_bound, sum(len(p.created) for p in pods.values())),
         "jobs_finished": Counter(p.value for p in status.finished.values()),
         "clusters": clusters,
         "submit_to_all_pods_bound_s": {
@@ -453,6 +461,18 @@ def report(
             "requests_per_job": "a small constant + one create per object",
             "met_requests_per_job": per_job["beyond_one_create_per_object"] <= 10,
         },
+    }
+
+
+def trainhub_cpu(seconds: float, pods: int) -> dict[str, Any]:
+    """CPU the process spent from the submissions to the last pod bound, per pod: the hub,
+    the three workers, and this bench's own watches and status follower (so an upper bound
+    on what dispatching costs). Its inverse is the rate one core would sustain."""
+    per_pod = seconds / pods if pods else None
+    return {
+        "cpu_s_submit_to_all_bound": round(seconds, 3),
+        "cpu_ms_per_pod": round(1000 * per_pod, 2) if per_pod else None,
+        "pods_per_s_one_core_allows": round(1 / per_pod, 1) if per_pod else None,
     }
 
 
@@ -550,12 +570,111 @@ async def probe_create_rates(sandbox: KubeSandbox, count: int) -> dict[str, Any]
     return rates
 
 
+def compare_with_ceiling(result: dict[str, Any], ceiling: dict[str, Any]) -> None:
+    """Put the rate without trainhub beside each cluster's, and their ratio."""
+    for name, rate in ceiling.items():
+        cluster = result["clusters"].get(name)
+        if cluster is None:
+            continue
+        cluster["pods_created_per_s_without_trainhub"] = rate
+        ours = cluster.get("pods_created_per_s")
+        cluster["share_of_rate_without_trainhub"] = round(ours / rate, 2) if ours and rate else None
+
+
+async def create_like_the_worker(
+    backend: KubeBackend, documents: list[dict[str, Any]], concurrency: int
+) -> None:
+    """Every replica's Service then Pod, as rendered by the worker, `concurrency` replicas
+    being created at once over all the jobs (the worker's own bound)."""
+    limit = asyncio.Semaphore(concurrency)
+
+    async def create(uid: str, service: ServicePlan | None, pod: PodPlan) -> None:
+        async with limit:
+            if service is not None:
+                await backend.create_service(uid, service)
+            await backend.create_pod(uid, pod)
+
+    creates = []
+    for document in documents:
+        rendered = render_job(
+            parse_job(document), backend.network(), wait_for_master=backend.init_containers
+        )
+        uid = rendered.job.uid
+        services = {service.name: service for service in rendered.services}
+        for pod in rendered.pods:
+            creates.append(create(uid, services.get(pod.name), pod))
+    await asyncio.gather(*creates)
+
+
+async def probe_without_trainhub(
+    sandbox: KubeSandbox, jobs_per_cluster: dict[str, int], pods: int, duration: str
+) -> dict[str, Any]:
+    """The run's work without trainhub: each cluster gets as many jobs as the hub gave it,
+    each job's objects rendered by the worker's renderer and created straight on the three
+    apiservers at once, as many in flight per cluster as a worker allows; no hub, bus or
+    worker loop. Pods created per second per cluster, seen by the same admin watch as the run:
+    the most this machine gives the run's work, whatever dispatches it."""
+    run_id = uuid.uuid4().hex[:5]
+    times = {name: PodTimes(name) for name in sandbox.clusters}
+    backends: dict[str, KubeBackend] = {}
+    watches: list[asyncio.Task[None]] = []
+    documents: dict[str, list[dict[str, Any]]] = {}
+    try:
+        for name, cluster in sandbox.clusters.items():
+            backend = backends[name] = KubeBackend(
+                cluster.worker_kubeconfig,
+                cluster=name,
+                context=cluster.worker_context,
+                namespaces=cluster.worker_namespaces,
+            )
+            await backend.start()
+            ready = asyncio.Event()
+            watches.append(asyncio.create_task(watch_pods(cluster, times[name], ready)))
+            await asyncio.wait_for(ready.wait(), 30)
+            documents[name] = []
+            for i in range(jobs_per_cluster.get(name, 0)):
+                document = job(f"kc-{run_id}-{name}-{i}", pods, duration)
+                document["metadata"]["uid"] = f"ceiling-{run_id}-{name}-{i}"
+                documents[name].append(document)
+        await asyncio.gather(
+            *(
+                create_like_the_worker(backends[name], documents[name], CREATE_CONCURRENCY)
+                for name in sandbox.clusters
+            )
+        )
+        await asyncio.sleep(0.5)  # the watch's last events
+        rates: dict[str, Any] = {}
+        for name, seen in times.items():
+            created = sorted(seen.created.values())
+            window = created[-1] - created[0] if len(created) > 1 else 0.0
+            rates[name] = round((len(created) - 1) / window, 1) if window else None
+        return rates
+    finally:
+        for task in watches:
+            task.cancel()
+        await asyncio.gather(*watches, return_exceptions=True)
+        for name, backend in backends.items():
+            for document in documents.get(name, []):
+                await backend.delete_job(document["metadata"]["uid"])
+            await backend.close()
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-kube-") as tmp:
         workdir = Path(tmp)
         with sandbox_clusters(workdir) as sandbox:
             async with make_bus(args.memory_bus, args.bootstrap, workdir) as bus:
                 result = await run(args, sandbox, bus)
+            if args.ceiling:
+                compare_with_ceiling(
+                    result,
+                    await probe_without_trainhub(
+                        sandbox,
+                        {n: c["jobs"] for n, c in result["clusters"].items()},
+                        args.pods,
+                        args.duration,
+                    ),
+                )
             if args.probe:
                 result["apiserver_pod_creates_per_s_alone"] = await probe_create_rates(
                     sandbox, args.probe
@@ -583,6 +702,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=150,
         help="pods per cluster for the apiserver-alone create probe after the run (0: none)",
+    )
+    parser.add_argument(
+        "--no-ceiling",
+        dest="ceiling",
+        action="store_false",
+        help="skip re-running the same work without trainhub after the run",
     )
     parser.add_argument("--output", type=Path, default=RESULTS / "kube.json")
     return parser.parse_args(argv)

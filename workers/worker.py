@@ -61,7 +61,7 @@ _TOPICS_WAIT = 120.0
 """How long a starting worker waits for shared topics it may not create (the hub's)."""
 _JOB_CONCURRENCY = 8
 """Jobs whose assignments are carried out at once (each job's events stay in order)."""
-_CREATE_CONCURRENCY = 32
+CREATE_CONCURRENCY = 32
 """Pods (each with its Service) being created at once, over every job of the cluster."""
 _RETRY_FIRST = 0.2
 _RETRY_MAX = 5.0
@@ -127,7 +127,7 @@ class Worker:
             locks=self._locks,
             sweep=self._sweep,
         )
-        self._creates = asyncio.Semaphore(_CREATE_CONCURRENCY)
+        self._creates = asyncio.Semaphore(CREATE_CONCURRENCY)
         self._observations = ObservationLanes(
             backend.observations,
             self._observe,
