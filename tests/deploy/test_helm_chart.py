@@ -368,3 +368,46 @@ def test_a_long_release_name_still_gives_services_valid_names(helm: Path) -> Non
     for service in services:
         name = service["metadata"]["name"]
         assert len(name) <= 63 and name.endswith(("-hub", "-workers")), name
+
+
+def test_a_worker_s_empty_placement_settings_clear_the_defaults(helm: Path, tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    defaults = {
+        "nodeSelector": {"pool": "system"},
+        "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
+        "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}},
+        "podAnnotations": {"team": "platform"},
+    }
+    cleared = {"nodeSelector": {}, "tolerations": [], "affinity": {}, "podAnnotations": {}}
+    own = {"nodeSelector": {"pool": "gpu"}}
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "settings": {"bootstrap": "kafka:9092"},
+                "workerDefaults": defaults,
+                "workers": [
+                    {"name": "plain", "backend": "sim", "capacity": "cpu=4,memory=8Gi"},
+                    {"name": "bare", "backend": "sim", "capacity": "cpu=4", **cleared},
+                    {"name": "own", "backend": "sim", "capacity": "cpu=4", **own},
+                ],
+            }
+        )
+    )
+    objects = render(helm, values)
+
+    def pod(name: str) -> dict[str, Any]:
+        template: dict[str, Any] = _one(objects, "Deployment", f"trainhub-worker-{name}")["spec"][
+            "template"
+        ]
+        return template
+
+    plain, bare, mine = pod("plain"), pod("bare"), pod("own")
+    assert plain["spec"]["nodeSelector"] == defaults["nodeSelector"]
+    assert plain["spec"]["tolerations"] == defaults["tolerations"]
+    assert plain["spec"]["affinity"] == defaults["affinity"]
+    assert plain["metadata"]["annotations"]["team"] == "platform"
+    for key in ("nodeSelector", "tolerations", "affinity"):
+        assert key not in bare["spec"], bare["spec"]
+    assert "team" not in bare["metadata"]["annotations"]
+    assert mine["spec"]["nodeSelector"] == {"pool": "gpu"}  # replaced, not merged
+    assert mine["spec"]["tolerations"] == defaults["tolerations"]
