@@ -228,6 +228,11 @@ class Hub:
         return frozenset(self._lost)
 
     @property
+    def default_queue(self) -> str:
+        """The queue of jobs without `schedulingPolicy.queue`, as fairness counts them."""
+        return self.turns.config.default_queue
+
+    @property
     def crashed(self) -> asyncio.Future[BaseException] | None:
         """Resolves with the exception of a background task that died."""
         return self._tasks.failed
@@ -974,7 +979,8 @@ class Hub:
             namespace=record.namespace,
             kind=record.kind,
             framework=record.framework,
-            queue=record.queue,
+            # The queue the hub counts the job in, its default when the job names none.
+            queue=record.queue or self.default_queue,
             phase=record.phase,
             cluster=record.cluster,
             attempt=record.attempt,

@@ -27,9 +27,6 @@ from dispatcher.reservations import Reservations
 from schemas.status import JobPhase
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
-DEFAULT_QUEUE = "default"
-"""The queue label of jobs without `schedulingPolicy.queue` (as fairness names it)."""
-
 _T = TypeVar("_T")
 
 
@@ -55,6 +52,11 @@ class HubState(Protocol):
 
     @property
     def lost_clusters(self) -> Collection[str]: ...
+
+    @property
+    def default_queue(self) -> str:
+        """The queue of jobs without `schedulingPolicy.queue` (as fairness counts them)."""
+        ...
 
 
 class HubMetrics:
@@ -283,9 +285,10 @@ def _figures(hub: HubState | None) -> _Figures:
     if hub is None:
         return figures
     records = hub.ledger.all()
-    figures.queued[DEFAULT_QUEUE] = 0
+    default_queue = hub.default_queue
+    figures.queued[default_queue] = 0
     for record in records:
-        queue = record.queue or DEFAULT_QUEUE
+        queue = record.queue or default_queue
         key = (record.phase.value, record.framework or "unknown", queue, record.cluster or "")
         figures.jobs[key] = figures.jobs.get(key, 0) + 1
         queued = figures.queued.get(queue, 0)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from bus.memory import MemoryBus
 from bus.topics import Topics
 from dispatcher.fairness import (
@@ -15,6 +17,8 @@ from dispatcher.fairness import (
 from dispatcher.hub import Hub, HubConfig
 from dispatcher.ledger import JobRecord
 from dispatcher.placement_config import PlacementConfig
+from schemas.codec import decode_event
+from schemas.events import JobStatusUpdate
 from schemas.job_parsing import parse_job
 from schemas.status import JobPhase
 from tests.helpers import cluster, jax_job, node, publish_heartbeat, until
@@ -144,3 +148,40 @@ def test_submission_time_orders_a_queue_whatever_the_reading_order() -> None:
     late, early = record("late", 1, "q"), record("early", 2, "q")
     late.submitted_at, early.submitted_at = 200.0, 100.0
     assert names(admission_order([late, early], {}, CONFIG)) == ["early", "late"]
+
+
+async def test_statuses_name_the_queue_the_hub_counts_a_job_in() -> None:
+    # A job naming no queue is counted in the configured default one, and its statuses say
+    # so: readers need not guess the hub's default.
+    bus = MemoryBus()
+    await bus.start()
+    topics = Topics(prefix="queues")
+    await bus.create_topics(topics.shared_specs())
+    named = jax_job("named", workers=1)
+    named["spec"]["runPolicy"]["schedulingPolicy"] = {"queue": "research"}
+    uids = {
+        "named": await submit_document(bus, topics, named),
+        "bare": await submit_document(bus, topics, jax_job("bare", workers=1)),
+    }
+    placement = PlacementConfig.from_dict({"default_queue": "batch"})
+    registry = CollectorRegistry()
+    config = HubConfig(schedule_interval=0.05, placement=placement)
+    hub = Hub(bus, topics, config, registry=registry)
+    await publish_heartbeat(bus, topics, cluster("east", node("n1", cpu="64", memory="256Gi")))
+    await hub.start()
+    try:
+        await until(lambda: hub.ledger.count(JobPhase.ASSIGNED) == 2)
+        # The metrics label it the same way.
+        for queue in ("batch", "research"):
+            labels = {"phase": "Assigned", "framework": "jax", "queue": queue, "cluster": "east"}
+            assert registry.get_sample_value("trainhub_hub_jobs", labels) == 1
+        assert registry.get_sample_value("trainhub_queue_length", {"queue": "batch"}) == 0
+        assert registry.get_sample_value("trainhub_queue_length", {"queue": "default"}) is None
+    finally:
+        await hub.stop()
+    queues: dict[str, set[str | None]] = {}
+    for record in bus.records(topics.status):
+        update = decode_event(record.headers, record.value).data_as(JobStatusUpdate)
+        queues.setdefault(update.uid, set()).add(update.queue)
+    assert queues[uids["named"]] == {"research"}
+    assert queues[uids["bare"]] == {"batch"}
