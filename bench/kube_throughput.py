@@ -13,7 +13,8 @@ Written to bench/results/kube.json:
   the jobs the hub gave it), for comparison (`--no-ceiling` skips it).
 
 Usage: python -m bench.kube_throughput [--jobs M] [--pods K] [--memory-bus] [--serial-submit]
-       [--bootstrap HOST:PORT] [--heartbeat-interval S] [--no-ceiling] [--output FILE]
+       [--bootstrap HOST:PORT] [--heartbeat-interval S] [--no-ceiling] [--only CLUSTER]
+       [--output FILE]
 Without --bootstrap (and without --memory-bus) a sandbox broker is started for the run; the
 clusters are always started, in a temporary directory, and stopped at the end.
 """
@@ -209,8 +210,9 @@ async def follow_status(bus: Bus, topics: Topics, times: StatusTimes) -> None:
 
 
 @contextmanager
-def sandbox_clusters(workdir: Path) -> Iterator[KubeSandbox]:
-    sandbox = start_member_clusters(CLUSTERS, workdir / "kube")
+def sandbox_clusters(workdir: Path, only: str | None = None) -> Iterator[KubeSandbox]:
+    specs = [spec for spec in CLUSTERS if only is None or spec.name == only]
+    sandbox = start_member_clusters(specs, workdir / "kube")
     try:
         yield sandbox
     finally:
@@ -662,7 +664,7 @@ async def probe_without_trainhub(
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-kube-") as tmp:
         workdir = Path(tmp)
-        with sandbox_clusters(workdir) as sandbox:
+        with sandbox_clusters(workdir, args.only) as sandbox:
             async with make_bus(args.memory_bus, args.bootstrap, workdir) as bus:
                 result = await run(args, sandbox, bus)
             if args.ceiling:
@@ -708,6 +710,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         dest="ceiling",
         action="store_false",
         help="skip re-running the same work without trainhub after the run",
+    )
+    parser.add_argument(
+        "--only",
+        choices=[spec.name for spec in CLUSTERS],
+        help="start only this cluster: every job goes to it, and the machine is not shared "
+        "with the other two clusters' control planes",
     )
     parser.add_argument("--output", type=Path, default=RESULTS / "kube.json")
     return parser.parse_args(argv)
