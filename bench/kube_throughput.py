@@ -614,8 +614,9 @@ async def probe_without_trainhub(
     """The run's work without trainhub: each cluster gets as many jobs as the hub gave it,
     each job's objects rendered by the worker's renderer and created straight on the three
     apiservers at once, as many in flight per cluster as a worker allows; no hub, bus or
-    worker loop. Pods created per second per cluster, seen by the same admin watch as the run:
-    the most this machine gives the run's work, whatever dispatches it."""
+    worker loop. Pods created per second per cluster, seen by the same admin watch as the run.
+    Run after it, on warm apiservers and with the broker stopped: an optimistic bound on what
+    any dispatcher could get here, not a like-for-like rerun."""
     run_id = uuid.uuid4().hex[:5]
     times = {name: PodTimes(name) for name in sandbox.clusters}
     backends: dict[str, KubeBackend] = {}
