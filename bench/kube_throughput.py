@@ -219,6 +219,16 @@ def sandbox_clusters(workdir: Path, only: str | None = None) -> Iterator[KubeSan
         stop_member_clusters(sandbox)
 
 
+def worker_backend(name: str, cluster: MemberCluster) -> KubeBackend:
+    """A `kube` backend with the cluster's least-privilege worker identity."""
+    return KubeBackend(
+        cluster.worker_kubeconfig,
+        cluster=name,
+        context=cluster.worker_context,
+        namespaces=cluster.worker_namespaces,
+    )
+
+
 @asynccontextmanager
 async def make_bus(memory: bool, bootstrap: str | None, workdir: Path) -> AsyncIterator[Bus]:
     broker = None
@@ -281,12 +291,7 @@ async def run(args: argparse.Namespace, sandbox: KubeSandbox, bus: Bus) -> dict[
     workers: dict[str, Worker] = {}
     backends: dict[str, KubeBackend] = {}
     for name, cluster in sandbox.clusters.items():
-        backend = backends[name] = KubeBackend(
-            cluster.worker_kubeconfig,
-            cluster=name,
-            context=cluster.worker_context,
-            namespaces=cluster.worker_namespaces,
-        )
+        backend = backends[name] = worker_backend(name, cluster)
         config = WorkerConfig(
             cluster=name,
             heartbeat_interval=args.heartbeat_interval,
@@ -552,12 +557,7 @@ async def probe_create_rates(sandbox: KubeSandbox, count: int) -> dict[str, Any]
     scheduler and KWOK allow on this machine, for comparison with the worker's rate."""
     rates: dict[str, Any] = {}
     for name, cluster in sandbox.clusters.items():
-        backend = KubeBackend(
-            cluster.worker_kubeconfig,
-            cluster=name,
-            context=cluster.worker_context,
-            namespaces=cluster.worker_namespaces,
-        )
+        backend = worker_backend(name, cluster)
         await backend.start()
         found: dict[str, float] = {}
         try:
@@ -624,12 +624,7 @@ async def probe_without_trainhub(
     documents: dict[str, list[dict[str, Any]]] = {}
     try:
         for name, cluster in sandbox.clusters.items():
-            backend = backends[name] = KubeBackend(
-                cluster.worker_kubeconfig,
-                cluster=name,
-                context=cluster.worker_context,
-                namespaces=cluster.worker_namespaces,
-            )
+            backend = backends[name] = worker_backend(name, cluster)
             await backend.start()
             ready = asyncio.Event()
             watches.append(asyncio.create_task(watch_pods(cluster, times[name], ready)))
