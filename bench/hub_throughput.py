@@ -40,6 +40,7 @@ from schemas.events import EventType, JobStatusUpdate, JobSubmitted, make_event
 from schemas.job_parsing import job_uid_of
 from schemas.quantity import parse_quantity
 from schemas.status import JobPhase
+from trainhub.logs import setup_logging
 from trainhub.processes import tune_gc
 from trainhub.producer import submit_document
 
@@ -229,6 +230,7 @@ async def main(jobs: int, rate: float, seconds: float, bootstrap: str | None) ->
 
 
 if __name__ == "__main__":
+    setup_logging()  # trainhub's filters: aiokafka's self-retried errors are not failures
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--jobs", type=int, default=5000)
     parser.add_argument("--rate", type=float, default=500.0)

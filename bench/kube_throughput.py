@@ -53,6 +53,7 @@ from schemas.errors import EventDecodeError
 from schemas.events import EventType, JobStatusUpdate
 from schemas.job_parsing import parse_job
 from schemas.status import JobPhase
+from trainhub.logs import setup_logging
 from trainhub.producer import submit_document
 from trainhub.sandbox.kube_cluster import (
     ClusterSpec,
@@ -718,6 +719,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 if __name__ == "__main__":
+    setup_logging()  # trainhub's filters: aiokafka's self-retried errors are not failures
     arguments = parse_args()
     result = asyncio.run(main(arguments))
     arguments.output.parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ from bus.kafka import KafkaBus
 from bus.kafka_settings import KafkaSettings
 from bus.topics import Topics
 from schemas.job_parsing import job_uid_of
+from trainhub.logs import setup_logging
 
 
 async def offer(bootstrap: str, prefix: str, rate: float, seconds: float) -> dict[str, float]:
@@ -43,6 +44,7 @@ async def offer(bootstrap: str, prefix: str, rate: float, seconds: float) -> dic
 
 
 def main() -> None:
+    setup_logging()  # trainhub's filters: aiokafka's self-retried errors are not failures
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--prefix", required=True)
