@@ -42,6 +42,7 @@ from urllib.parse import quote
 import aiohttp
 from prometheus_client import CollectorRegistry
 
+from bench.jobs import jax_job
 from bus.base import Bus
 from bus.kafka import KafkaBus
 from bus.kafka_settings import KafkaSettings
@@ -95,30 +96,13 @@ CLUSTERS = (
 
 
 def job(name: str, pods: int, duration: str) -> dict[str, Any]:
-    container = {
-        "name": "jax",
-        "image": "example/jax:1",
-        "command": ["python", "-c", "pass"],
-        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
-    }
-    return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "JAXJob",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "runPolicy": {"managedBy": "trainhub.io/dispatcher"},
-            "jaxReplicaSpecs": {
-                "Worker": {
-                    "replicas": pods,
-                    "restartPolicy": "Never",
-                    "template": {
-                        "metadata": {"annotations": {"trainhub.io/sim-duration": duration}},
-                        "spec": {"containers": [container]},
-                    },
-                }
-            },
-        },
-    }
+    """The bench's JAXJob: `pods` small workers that KWOK ends as Succeeded after `duration`."""
+    document = jax_job(name, pods, cpu="10m", memory="16Mi")
+    worker = document["spec"]["jaxReplicaSpecs"]["Worker"]
+    worker["restartPolicy"] = "Never"
+    worker["template"]["metadata"] = {"annotations": {"trainhub.io/sim-duration": duration}}
+    worker["template"]["spec"]["containers"][0]["command"] = ["python", "-c", "pass"]
+    return document
 
 
 # --- what the clusters' admins see -----------------------------------------------------------
