@@ -8,7 +8,9 @@ Written to bench/results/kube.json:
 - submit -> all of a job's pods bound (spec.nodeName set) latency, p50 / p99 / max;
 - apiserver requests per job (the workers' `KubeApi.requests`, split by verb and resource),
   against the target "a small constant plus one create per object";
-- the CPU this process (hub, workers, the bench's watches) spent per pod;
+- the CPU this process (hub, workers, the bench's watches) spent per pod, and the whole
+  machine's by role (control-plane processes, broker), with the cores the target rate would
+  need at that cost;
 - then, on the same clusters, the run's objects created straight without trainhub (per cluster
   the jobs the hub gave it), for comparison (`--no-ceiling` skips it).
 
@@ -25,6 +27,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import ssl
 import statistics
 import sys
@@ -42,6 +45,7 @@ from urllib.parse import quote
 import aiohttp
 from prometheus_client import CollectorRegistry
 
+from bench import machine_cpu
 from bench.jobs import jax_job
 from bus.base import Bus
 from bus.kafka import KafkaBus
@@ -215,7 +219,10 @@ def worker_backend(name: str, cluster: MemberCluster) -> KubeBackend:
 
 
 @asynccontextmanager
-async def make_bus(memory: bool, bootstrap: str | None, workdir: Path) -> AsyncIterator[Bus]:
+async def make_bus(
+    memory: bool, bootstrap: str | None, workdir: Path
+) -> AsyncIterator[tuple[Bus, int | None]]:
+    """The run's bus, and the PID of the broker started for it (None when there is none)."""
     broker = None
     bus: Bus
     if memory:
@@ -229,7 +236,7 @@ async def make_bus(memory: bool, bootstrap: str | None, workdir: Path) -> AsyncI
         bus = KafkaBus(KafkaSettings(bootstrap=bootstrap))
     await bus.start()
     try:
-        yield bus
+        yield bus, broker.pid if broker is not None else None
     finally:
         await bus.close()
         if broker is not None:
@@ -269,7 +276,20 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
-async def run(args: argparse.Namespace, sandbox: KubeSandbox, bus: Bus) -> dict[str, Any]:
+def process_groups(sandbox: KubeSandbox, broker_pid: int | None) -> dict[str, list[int]]:
+    """The machine's busy processes by role: this one, each kind of control-plane process
+    (all clusters together), the broker."""
+    groups: dict[str, list[int]] = {"this process (hub, workers, bench watches)": [os.getpid()]}
+    for process in sandbox.processes():
+        groups.setdefault(process.name, []).append(process.pid)
+    if broker_pid is not None:
+        groups["kafka broker"] = [broker_pid]
+    return groups
+
+
+async def run(
+    args: argparse.Namespace, sandbox: KubeSandbox, bus: Bus, broker_pid: int | None = None
+) -> dict[str, Any]:
     topics = Topics(prefix=f"kbench{uuid.uuid4().hex[:8]}")
     registry = CollectorRegistry()
     hub = Hub(bus, topics, HubConfig(max_heartbeat_age=60, lost_after=120), registry=registry)
@@ -315,7 +335,9 @@ async def run(args: argparse.Namespace, sandbox: KubeSandbox, bus: Bus) -> dict[
             uid = await submit_document(bus, topics, document)
             submitted[uid] = (wall, mono)
 
+        groups = process_groups(sandbox, broker_pid)
         began, cpu_began = time.monotonic(), time.process_time()
+        machine_began = machine_cpu.sample(groups)
         if args.serial_submit:
             for i in range(args.jobs):
                 await submit(i)
@@ -337,6 +359,7 @@ async def run(args: argparse.Namespace, sandbox: KubeSandbox, bus: Bus) -> dict[
             await asyncio.sleep(0.05)
         all_bound = time.monotonic() - began
         cpu_to_bound = time.process_time() - cpu_began
+        machine_bound = machine_cpu.sample(groups)
         while len(status.finished) < args.jobs and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.1)
         all_finished = time.monotonic() - began
@@ -366,6 +389,13 @@ async def run(args: argparse.Namespace, sandbox: KubeSandbox, bus: Bus) -> dict[
             "all_jobs_finished_s": round(all_finished, 3),
         },
         cpu_to_bound=cpu_to_bound,
+        machine=machine_cpu.split_per_item(
+            machine_began,
+            machine_bound,
+            all_bound,
+            args.jobs * args.pods,
+            TARGET_PODS_PER_SECOND * len(sandbox.clusters),
+        ),
     )
 
 
@@ -380,6 +410,7 @@ def report(
     requests_after: dict[str, int],
     timings: dict[str, float],
     cpu_to_bound: float,
+    machine: dict[str, Any],
 ) -> dict[str, Any]:
     clusters: dict[str, Any] = {}
     bound_at: dict[str, list[float]] = {}
@@ -434,6 +465,9 @@ def report(
         "heartbeat_interval_s": args.heartbeat_interval,
         "timings": timings,
         "trainhub_cpu": trainhub_cpu(cpu_to_bound, sum(len(p.created) for p in pods.values())),
+        # Submit to all bound, every process: at the target rate on every cluster at once, at
+        # this cost per pod, how many cores the whole sandbox would keep busy.
+        "machine_cpu_submit_to_all_bound": machine,
         "jobs_finished": Counter(p.value for p in status.finished.values()),
         "clusters": clusters,
         "submit_to_all_pods_bound_s": {
@@ -646,8 +680,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-kube-") as tmp:
         workdir = Path(tmp)
         with sandbox_clusters(workdir, args.only) as sandbox:
-            async with make_bus(args.memory_bus, args.bootstrap, workdir) as bus:
-                result = await run(args, sandbox, bus)
+            async with make_bus(args.memory_bus, args.bootstrap, workdir) as (bus, broker_pid):
+                result = await run(args, sandbox, bus, broker_pid)
             if args.ceiling:
                 compare_with_ceiling(
                     result,
