@@ -44,7 +44,12 @@ _A = TypeVar("_A")
 _B = TypeVar("_B")
 
 MANAGED_SELECTOR = f"{LABEL_MANAGED}={OPERATOR_NAME}"
-_NOT_TERMINAL = ",".join(f"status.phase!={phase}" for phase in TERMINAL_PHASES)
+# What takes room on a node: pods bound to one that have not ended. Filtered by the apiserver
+# (as kube-scheduler's own informer of assigned pods is), so a burst of pods still waiting for
+# the scheduler costs a heartbeat nothing.
+_TAKING_ROOM = ",".join(
+    ["spec.nodeName!=", *(f"status.phase!={phase}" for phase in TERMINAL_PHASES)]
+)
 _LOG_TIMEOUT = 10.0
 _DELETE_CONCURRENCY = 16
 _JOB_RESOURCES = ("pods", "services", "configmaps", "serviceaccounts", "roles", "rolebindings")
@@ -382,7 +387,7 @@ class KubeBackend(Backend):
         return Capacity(snapshots, jobs)
 
     async def _active_pods(self) -> list[dict[str, Any]]:
-        """Every non-terminal pod (anyone's: they all take room on the nodes)."""
+        """Every pod bound to a node that has not ended (anyone's: they all take room)."""
         core = self.api.core
         if self._reads_all_pods is not False:
             try:
@@ -391,7 +396,7 @@ class KubeBackend(Backend):
                     "pods",
                     None,
                     core.list_pod_for_all_namespaces,
-                    field_selector=_NOT_TERMINAL,
+                    field_selector=_TAKING_ROOM,
                 )
                 self._reads_all_pods = True
                 return list(reply.get("items") or [])
@@ -413,7 +418,7 @@ class KubeBackend(Backend):
                 namespace,
                 core.list_namespaced_pod,
                 namespace,
-                field_selector=_NOT_TERMINAL,
+                field_selector=_TAKING_ROOM,
             )
             pods.extend(reply.get("items") or [])
         return pods
