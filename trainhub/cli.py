@@ -29,7 +29,6 @@ from schemas.events import EventType, JobStatusUpdate
 from schemas.job_parsing import (
     job_uid_of,
     load_documents,
-    load_job_file,
     names_of,
     read_text,
 )
@@ -42,11 +41,11 @@ from trainhub.cli_help import examples, tidy_help
 from trainhub.cli_jobs import print_structured
 from trainhub.cli_jobs import register as register_job_commands
 from trainhub.cli_live import LiveState, LiveView, want_live
-from trainhub.cli_plan import plan_jobs
+from trainhub.cli_plan import PlannedJob, plan_jobs
 from trainhub.cli_settings import with_settings
 from trainhub.console_view import StatusPrinter, decision_table, error_text
 from trainhub.embedded import Embedded, EmbeddedOptions, make_worker_backend
-from trainhub.job_checks import check_job, validate_job
+from trainhub.job_checks import JobFiles, read_job_files, validate_job
 from trainhub.logs import quiet_echoes, setup_logging
 from trainhub.processes import ServiceCrashed, check_metrics_port, run_hub, run_worker
 from trainhub.producer import (
@@ -119,13 +118,30 @@ def render(
     job_file: Annotated[Path, typer.Argument(help="Job YAML/JSON (kubeflow.org/v1).")],
     output: Annotated[Output, typer.Option("-o", "--output")] = Output.yaml,
 ) -> None:
-    """Print the Kubernetes objects a worker would create for the job (no cluster needed)."""
-    try:
-        jobs = [check_job(job) for job in load_job_file(job_file)]
-        objects = [m for job in jobs for m in render_job(job).manifests()]
-    except ContractError as exc:
-        raise fail(str(exc)) from None
-    print_structured(objects, output.value)
+    """Print the Kubernetes objects a worker would create for the jobs (no cluster needed).
+
+    Every valid job of the file is rendered; each document the hub would reject is named on
+    stderr with the reason, and then the exit code is 1."""
+    found = read_job_files([job_file])
+    objects: list[dict[str, Any]] = []
+    rendered = 0
+    for job in found.jobs:
+        try:
+            objects.extend(render_job(job).manifests())
+            rendered += 1
+        except ContractError as exc:
+            found.problems.append(f"{job.kind} {job.key}: {exc}")
+    if rendered:
+        print_structured(objects, output.value)
+    _exit_on_problems(found)
+
+
+def _exit_on_problems(found: JobFiles) -> None:
+    """Name every bad document on stderr, then exit 1; return when there is none."""
+    for problem in found.problems:
+        err_console.print(error_text(problem), highlight=False)
+    if found.problems:
+        raise typer.Exit(1)
 
 
 @app.command(
@@ -153,8 +169,8 @@ def plan(
         placement = PlacementConfig.from_dict(settings.placement)
     except ValueError as exc:
         raise fail(f"invalid settings: {exc}", code=2) from None
+    found = read_job_files(job_files)
     try:
-        jobs = [check_job(job) for path in job_files for job in load_job_file(path)]
         documents = load_documents(read_text(clusters), str(clusters))
         if len(documents) != 1:
             raise ContractError(f"{clusters}: expected one document with a `clusters` list")
@@ -167,7 +183,16 @@ def plan(
         raise fail(f"{clusters}: {exc.strerror}") from None
     except ValueError as exc:
         raise fail(f"{clusters}: {exc}") from None
-    planned = plan_jobs(jobs, snapshots, placement, max_heartbeat_age=settings.max_heartbeat_age)
+    planned = plan_jobs(
+        found.jobs, snapshots, placement, max_heartbeat_age=settings.max_heartbeat_age
+    )
+    _show_plan(planned, placement, output)
+    _exit_on_problems(found)
+
+
+def _show_plan(planned: list[PlannedJob], placement: PlacementConfig, output: Output) -> None:
+    if not planned:
+        return
     if output != Output.text:
         payload: Any = [p.as_json() for p in planned]
         payload = payload[0] if len(payload) == 1 else payload

@@ -4,11 +4,14 @@ malformed nodeAffinity, cluster-selector annotations, no replica at all)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from dispatcher.demand import profile_job
-from schemas.errors import JobInvalid
-from schemas.job_parsing import parse_job
+from schemas.errors import ContractError, JobInvalid
+from schemas.job_parsing import load_documents, parse_job, read_text
 from schemas.kubeflow import AnyJob
 
 
@@ -23,3 +26,49 @@ def check_job(job: AnyJob) -> AnyJob:
 def validate_job(document: Any) -> AnyJob:
     """`parse_job` and `check_job` in one."""
     return check_job(parse_job(document))
+
+
+@dataclass
+class JobFiles:
+    """The valid jobs of some files, and what is wrong with each document that is not one."""
+
+    jobs: list[AnyJob] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def _document_name(path: Path, index: int, count: int, document: Any) -> str:
+    """`file` for a file's only document, else `file, document N`; with the kind and the
+    namespace/name the document gives itself, when it gives them."""
+    where = str(path) if count == 1 else f"{path}, document {index}"
+    if not isinstance(document, Mapping):
+        return where
+    metadata = document.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
+    kind = document.get("kind")
+    said = " ".join(
+        str(part) for part in (kind, f"{namespace or 'default'}/{name}" if name else None) if part
+    )
+    return f"{where} ({said})" if said else where
+
+
+def read_job_files(paths: Iterable[Path]) -> JobFiles:
+    """Every job of the files that the hub would accept, checked one document at a time: a
+    bad document (or an unreadable file) is a problem of its own, named by file, position,
+    kind and name, and hides none of the others."""
+    found = JobFiles()
+    for path in paths:
+        try:
+            documents = load_documents(read_text(path), str(path))
+        except ContractError as exc:
+            found.problems.append(str(exc))
+            continue
+        if not documents:
+            found.problems.append(f"{path}: no job document found")
+        for index, document in enumerate(documents, start=1):
+            try:
+                found.jobs.append(validate_job(document))
+            except ContractError as exc:
+                named = _document_name(path, index, len(documents), document)
+                found.problems.append(f"{named}: {exc}")
+    return found

@@ -192,6 +192,46 @@ def test_render_and_plan_refuse_what_the_hub_would_reject_anyway(tmp_path: Path)
         assert "nodeAffinity: must be a mapping" in result.stderr
 
 
+def test_render_and_plan_show_every_good_job_and_name_each_bad_document(tmp_path: Path) -> None:
+    unknown = jax_job("odd", workers=1) | {"kind": "FooJob"}
+    broken = jax_job("broken", workers=1)
+    broken["spec"]["jaxReplicaSpecs"]["Worker"]["replicas"] = -2
+    path = tmp_path / "several.yaml"
+    path.write_text(
+        yaml.safe_dump_all(
+            [jax_job("first", workers=2), unknown, broken, jax_job("last", workers=1)]
+        )
+    )
+    clusters = tmp_path / "clusters.yaml"
+    node = {"name": "n0", "allocatable": {"cpu": "16", "memory": "64Gi"}}
+    clusters.write_text(yaml.safe_dump({"clusters": [{"name": "a", "nodes": [node]}]}))
+    missing = tmp_path / "missing.yaml"
+
+    rendered = trainhub("render", str(path), "-o", "json")
+    assert rendered.returncode == 1
+    pods = sorted(o["metadata"]["name"] for o in json.loads(rendered.stdout) if o["kind"] == "Pod")
+    assert pods == ["first-worker-0", "first-worker-1", "last-worker-0"]
+    problems = rendered.stderr.strip().splitlines()
+    assert len(problems) == 2, rendered.stderr
+    assert f"{path}, document 2 (FooJob default/odd)" in problems[0]
+    assert "unknown kind 'FooJob'" in problems[0]
+    assert f"{path}, document 3 (JAXJob default/broken)" in problems[1]
+    assert "replicas" in problems[1]
+
+    planned = trainhub("plan", str(missing), str(path), "--clusters", str(clusters), "-o", "json")
+    assert planned.returncode == 1
+    assert [p["job"] for p in json.loads(planned.stdout)] == ["default/first", "default/last"]
+    assert f"{missing}: No such file or directory" in planned.stderr
+    assert "document 2 (FooJob default/odd)" in planned.stderr
+    assert "document 3 (JAXJob default/broken)" in planned.stderr
+
+    only_bad = tmp_path / "bad.yaml"
+    only_bad.write_text(yaml.safe_dump(unknown))
+    nothing = trainhub("render", str(only_bad))
+    assert nothing.returncode == 1 and nothing.stdout == ""
+    assert f"{only_bad} (FooJob default/odd): kind: unknown kind" in nothing.stderr
+
+
 def test_up_says_a_rejection_once(tmp_path: Path) -> None:
     bad = jax_job("negative", workers=1)
     container = bad["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
