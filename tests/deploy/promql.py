@@ -27,7 +27,7 @@ _TOKEN = re.compile(
 _KEYWORDS = {"and", "or", "unless", "bool", "offset", "inf", "nan", "start", "end"}
 _LABEL_LISTS = {"by", "without", "on", "ignoring", "group_left", "group_right"}
 _GRAFANA_VARIABLES = re.compile(r"\$(?:\{[^}]*\}|__[A-Za-z_]+|[A-Za-z_][A-Za-z0-9_]*)")
-_LABEL_VALUES = re.compile(r"^\s*label_values\(\s*([A-Za-z_:][A-Za-z0-9_:]*)")
+_LABEL_VALUES = re.compile(r"^\s*label_values\((.*),\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$")
 
 
 @dataclass
@@ -53,8 +53,10 @@ def _tokens(expr: str) -> list[tuple[str, str]]:
 def selectors(expr: str) -> list[Selector]:
     """The metric selectors of a PromQL expression, Grafana variables allowed."""
     label_values = _LABEL_VALUES.match(expr)
-    if label_values:  # a Grafana variable query: label_values(metric, label)
-        return [Selector(label_values.group(1))]
+    if label_values:  # a Grafana variable query: label_values(selector, label)
+        (found,) = selectors(label_values.group(1))
+        found.labels.add(label_values.group(2))
+        return [found]
     # A variable stands for a value (in a string or a range) or a duration; `5m` reads as both.
     tokens = _tokens(_GRAFANA_VARIABLES.sub("5m", expr))
     found: list[Selector] = []

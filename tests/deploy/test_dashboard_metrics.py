@@ -117,6 +117,20 @@ def test_the_dashboard_is_a_grafana_dashboard_on_a_datasource_variable() -> None
     assert used - {"__rate_interval"} <= set(variables), "every variable a query uses exists"
 
 
+def test_every_dashboard_query_keeps_to_the_chosen_namespace() -> None:
+    """Two installs in one Prometheus must not add up: every series a panel or a variable
+    reads is filtered by the namespace variable (All matches series without the label too)."""
+    variables = {v["name"]: v for v in load_dashboard()["templating"]["list"]}
+    namespace = variables["namespace"]
+    assert namespace["includeAll"] and namespace["allValue"] == ".*"
+    for where, expr in dashboard_expressions().items():
+        if where == "variable namespace":
+            continue
+        for selector in selectors(expr):
+            assert "namespace" in selector.labels, f"{where}: {selector.name}"
+        assert expr.count('namespace=~"$namespace"') == len(selectors(expr)), where
+
+
 @pytest.mark.parametrize(
     "topic",
     [

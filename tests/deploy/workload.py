@@ -149,6 +149,11 @@ def settled(scrape: Scrape) -> bool:
     return all(scrape.value(name, **labels) == value for name, labels, value in _SETTLED)
 
 
+TARGET_LABELS = frozenset({"namespace"})
+"""Labels Prometheus gives every series of a target it discovered through the chart's
+ServiceMonitor, rather than labels the code exports."""
+
+
 def unserved_queries(scrape: Scrape) -> list[str]:
     """Every dashboard/rule selector whose series the pages lack, lack samples of (after the
     workload), or lack a matched label of; kube API series need a kube worker (tests/kube)."""
@@ -163,6 +168,6 @@ def unserved_queries(scrape: Scrape) -> list[str]:
                 continue
             elif name not in page.sampled:
                 problems.append(f"{where}: {name} has no samples after the workload")
-            elif missing := selector.labels - page.labels[name]:
+            elif missing := selector.labels - page.labels[name] - TARGET_LABELS:
                 problems.append(f"{where}: {name} has no label {sorted(missing)}")
     return problems
