@@ -531,8 +531,9 @@ def per_job_requests(
         "by_verb_and_resource": per_job,
         "beyond_one_create_per_object": round(constant + (creates / jobs - objects), 2),
         "note": (
-            "total includes each worker's periodic heartbeat lists (list nodes + list pods per "
-            "interval), watch requests and the heartbeat sent after each job finishes"
+            "total includes each worker's periodic heartbeat list of bound pods (one per "
+            "interval; nodes come from a watch), watch requests and the heartbeat sent after "
+            "each job finishes"
         ),
     }
 

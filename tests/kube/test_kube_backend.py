@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -25,6 +26,7 @@ from trainhub.sandbox.kube_cluster import KubeSandbox, MemberCluster
 from workers.backends.base import Capacity, PodLogsUnavailable
 from workers.backends.kube import KubeBackend
 from workers.backends.kube_client import KubeConflict, KubeForbidden
+from workers.metrics import KUBE_API
 from workers.rendering import (
     LABEL_JOB_NAME,
     LABEL_JOB_UID,
@@ -185,6 +187,67 @@ async def test_capacity_counts_requests_per_node_and_everyones_pods(
         )
         await east_backend.delete_job(uid)
     assert _node(await east_backend.capacity(), node) == _node(before, node)
+
+
+def _node_requests(cluster: str) -> dict[str, float]:
+    """The backend's node requests so far, by verb (every status code together)."""
+    counts: dict[str, float] = {}
+    for metric in KUBE_API.requests.collect():
+        for sample in metric.samples:
+            labels = sample.labels
+            if sample.name.endswith("_total") and labels["cluster"] == cluster:
+                if labels["resource"] == "nodes":
+                    counts[labels["verb"]] = counts.get(labels["verb"], 0) + sample.value
+    return counts
+
+
+async def test_capacity_follows_the_nodes_by_watch_without_listing_them_per_read(
+    east: MemberCluster, east_backend: KubeBackend
+) -> None:
+    node = east.node_names[-1]
+    path = f"/api/v1/nodes/{node}"
+    lists = _node_requests(east_backend.cluster).get("list", 0)
+    assert lists >= 1  # the backend's start
+    for _ in range(3):
+        assert node in {n.name for n in (await east_backend.capacity()).nodes}
+    assert _node_requests(east_backend.cluster).get("list", 0) == lists, "a read listed nodes"
+    taint = {"key": "dedicated", "value": "x", "effect": "NoSchedule"}
+    try:
+        status, reply = await admin_request(east, "PATCH", path, {"spec": {"unschedulable": True}})
+        assert status == 200, reply
+        await _until_nodes(east_backend, lambda names: node not in names)
+        uncordoned = {"spec": {"unschedulable": None, "taints": [taint]}}
+        status, reply = await admin_request(east, "PATCH", path, uncordoned)
+        assert status == 200, reply
+        back = await _until_nodes(east_backend, lambda names: node in names)
+        assert [t.key for t in next(n for n in back.nodes if n.name == node).taints] == [
+            "dedicated"
+        ]
+    finally:
+        restored = {"spec": {"unschedulable": None, "taints": None}}
+        status, reply = await admin_request(east, "PATCH", path, restored)
+        assert status == 200, reply
+    cleared = await _until_nodes(
+        east_backend,
+        lambda names: node in names,
+        lambda capacity: not next(n for n in capacity.nodes if n.name == node).taints,
+    )
+    assert sorted(n.name for n in cleared.nodes) == sorted(east.node_names)
+
+
+async def _until_nodes(
+    backend: KubeBackend,
+    names_ok: Callable[[set[str]], bool],
+    capacity_ok: Callable[[Capacity], bool] = lambda _: True,
+    timeout: float = 10.0,
+) -> Capacity:
+    """The backend's capacity once its nodes are as asked (the watch brings changes in)."""
+    async with asyncio.timeout(timeout):
+        while True:
+            capacity = await backend.capacity()
+            if names_ok({n.name for n in capacity.nodes}) and capacity_ok(capacity):
+                return capacity
+            await asyncio.sleep(0.05)
 
 
 async def test_a_pod_no_node_can_hold_is_pending_unschedulable(

@@ -2,17 +2,18 @@
 
 Pods and headless services (and the ConfigMaps and launcher access some kinds need) are
 created idempotently from their rendered manifests, our pods are watched (list + watch, 410
-relist) into observations, and capacity is read from the nodes and every pod bound to them.
+relist) into observations, and capacity is read from the nodes (followed by a watch) and every
+pod bound to them (listed for each heartbeat).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from bus.aiotasks import TaskOwner
 from workers.backends.base import Backend, Capacity, PodLogsUnavailable
@@ -26,6 +27,7 @@ from workers.backends.kube_client import (
     RetryPolicy,
     connect,
 )
+from workers.backends.kube_nodes import NodeCache
 from workers.backends.kube_watch import PodObserver, PodWatch
 from workers.rendering import (
     DEFAULT_CONTAINER_ANNOTATION,
@@ -39,9 +41,6 @@ from workers.rendering import (
 )
 
 log = logging.getLogger(__name__)
-
-_A = TypeVar("_A")
-_B = TypeVar("_B")
 
 MANAGED_SELECTOR = f"{LABEL_MANAGED}={OPERATOR_NAME}"
 # What takes room on a node: pods bound to one that have not ended. Filtered by the apiserver
@@ -95,6 +94,7 @@ class KubeBackend(Backend):
         """(job uid, pod name) -> where the pod lives, for calls that only get the name."""
         self._reads_all_pods: bool | None = None
         """Whether the identity may list pods cluster-wide; None until first tried."""
+        self._nodes: NodeCache | None = None
 
     @property
     def api(self) -> KubeApi:
@@ -112,11 +112,15 @@ class KubeBackend(Backend):
         self._api = KubeApi(api_client, cluster=self.cluster, identity=identity, retry=self.retry)
         try:
             self.watches = await self._initial_watches()
+            nodes = NodeCache(self.api, timeout_seconds=self.watch_timeout_seconds)
+            await nodes.load()
         except BaseException:
             await self.close()
             raise
         for watch in self.watches:
             self._tasks.spawn(watch.run(), f"watch-{watch.namespace or 'all'}")
+        nodes.follow(self._tasks.spawn(nodes.watch.run(), "watch-nodes"))
+        self._nodes = nodes
         scopes = ", ".join(w.namespace or "all namespaces" for w in self.watches)
         log.info("watching pods in %s", scopes, extra=self._extra())
 
@@ -155,6 +159,7 @@ class KubeBackend(Backend):
 
     async def close(self) -> None:
         await self._tasks.cancel_all()
+        self._nodes = None
         if self._api is not None:
             await self._api.close()
             self._api = None
@@ -379,11 +384,12 @@ class KubeBackend(Backend):
     # -- capacity -------------------------------------------------------------------------
 
     async def capacity(self) -> Capacity:
-        # Both lists at once: a heartbeat that takes long enough makes the worker sweep.
-        nodes, pods = await _both(
-            self.api.call("list", "nodes", None, self.api.core.list_node), self._active_pods()
-        )
-        snapshots, jobs = node_snapshots(nodes.get("items") or [], pods)
+        """Nodes from the node watch, pods listed now: what is bound changes with every job,
+        and the list also proves the apiserver answers (a silent one must stop heartbeats)."""
+        if self._nodes is None:
+            raise RuntimeError(f"KubeBackend for {self.cluster} is not started")
+        pods = await self._active_pods()
+        snapshots, jobs = node_snapshots(self._nodes.nodes(), pods)
         return Capacity(snapshots, jobs)
 
     async def _active_pods(self) -> list[dict[str, Any]]:
@@ -457,14 +463,3 @@ class KubeBackend(Backend):
             raise PodLogsUnavailable(
                 f"no logs for {namespace}/{name} on {self.cluster}: {error}"
             ) from error
-
-
-async def _both(first: Coroutine[Any, Any, _A], second: Coroutine[Any, Any, _B]) -> tuple[_A, _B]:
-    """Await two requests at once; the first failure is raised once both have settled (none
-    is left running)."""
-    a, b = await asyncio.gather(first, second, return_exceptions=True)
-    if isinstance(a, BaseException):
-        raise a
-    if isinstance(b, BaseException):
-        raise b
-    return a, b

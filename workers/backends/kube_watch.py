@@ -239,7 +239,10 @@ class PodWatch:
 
     Bookmarks keep the resourceVersion fresh; a closed stream resumes from it; a 410 Gone means
     the history is compacted, so the scope is listed again (and nothing is missed).
+    Subclasses follow another resource by overriding `resource` and `_list_method`.
     """
+
+    resource = "pods"
 
     def __init__(
         self,
@@ -266,6 +269,9 @@ class PodWatch:
     def _extra(self) -> dict[str, Any]:
         return {"cluster": self.api.cluster}
 
+    def _selected(self) -> dict[str, str]:
+        return {"label_selector": self.selector} if self.selector else {}
+
     def _list_method(self) -> tuple[Any, tuple[Any, ...]]:
         core = self.api.core
         if self.namespace is None:
@@ -276,7 +282,7 @@ class PodWatch:
         """List the scope, hand every pod over, and remember the list's resourceVersion."""
         method, args = self._list_method()
         reply = await self.api.call(
-            "list", "pods", self.namespace, method, *args, label_selector=self.selector
+            "list", self.resource, self.namespace, method, *args, **self._selected()
         )
         self.lists += 1
         uids = set()
@@ -306,7 +312,7 @@ class PodWatch:
                 if isinstance(exc, CONNECTION_ERRORS):
                     self.api.note_outage()  # a broken stream: the apiserver may be restarting
                 failures += 1
-                log.warning("pod watch interrupted: %s", exc, extra=self._extra)
+                log.warning("%s watch interrupted: %s", self.resource, exc, extra=self._extra)
                 await sleep_backoff(failures, self.api.retry)
 
     async def _watch_once(self) -> None:
@@ -317,11 +323,11 @@ class PodWatch:
         )
         response = await self.api.open(
             "watch",
-            "pods",
+            self.resource,
             self.namespace,
             method,
             *args,
-            label_selector=self.selector,
+            **self._selected(),
             watch=True,
             allow_watch_bookmarks=True,
             resource_version=self.resource_version,
@@ -346,7 +352,7 @@ class PodWatch:
                 json.dumps(obj).encode(),
                 who=self.api.identity,
                 verb="watch",
-                resource="pods",
+                resource=self.resource,
                 namespace=self.namespace,
             )
         version = (obj.get("metadata") or {}).get("resourceVersion")
