@@ -64,5 +64,9 @@ def all_selectors() -> dict[str, list[Selector]]:
     return {where: selectors(expr) for where, expr in expressions.items()}
 
 
+TARGET_LABELS = frozenset({"namespace"})
+"""Labels Prometheus gives every series of a target it discovered through the chart's
+ServiceMonitor, rather than labels the code exports."""
+
 KUBE_API_PREFIX = "trainhub_kube_api_"
 """Series only a `kube` worker produces: checked with a sandbox cluster (tests/kube)."""

@@ -18,7 +18,7 @@ from bus.topics import Topics
 from schemas.events import EventType
 from schemas.status import JobPhase
 from tests.deploy.promql import Exposition, read_exposition
-from tests.deploy.queries import KUBE_API_PREFIX, all_selectors
+from tests.deploy.queries import KUBE_API_PREFIX, TARGET_LABELS, all_selectors
 from tests.helpers import jax_job
 from trainhub.producer import follow_status, request, submit_document
 
@@ -147,11 +147,6 @@ _SETTLED: list[tuple[str, dict[str, str], float]] = [
 def settled(scrape: Scrape) -> bool:
     """The hub and the workers have counted everything the workload did."""
     return all(scrape.value(name, **labels) == value for name, labels, value in _SETTLED)
-
-
-TARGET_LABELS = frozenset({"namespace"})
-"""Labels Prometheus gives every series of a target it discovered through the chart's
-ServiceMonitor, rather than labels the code exports."""
 
 
 def unserved_queries(scrape: Scrape) -> list[str]:
