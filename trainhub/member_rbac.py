@@ -74,8 +74,9 @@ def _namespaced_rules() -> list[dict[str, Any]]:
     return [
         _rule("pods", _WRITE),
         _rule("services", _WRITE),
-        # MPIJob's hostfile; created before the pods, deleted with the job.
-        _rule("configmaps", ["create", "get", "list", "delete"]),
+        # MPIJob's hostfile; created before the pods, its host discovery script patched as
+        # workers start and stop running, deleted with the job.
+        _rule("configmaps", ["create", "get", "list", "delete", "patch"]),
         _rule("pods/log", ["get"]),
         _rule("events", ["create"]),
         # An MPIJob's launcher runs as a ServiceAccount of its own whose Role lets it read

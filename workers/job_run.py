@@ -17,8 +17,10 @@ from workers.rendering import (
     LABEL_OPERATOR,
     LABEL_REPLICA_TYPE,
     OPERATOR_NAME,
+    ConfigMapPlan,
     PodPlan,
     RenderedJob,
+    config_map_plans,
 )
 
 Clock = Callable[[], datetime]
@@ -60,6 +62,8 @@ class Decision:
     """`pending_reason` changed to a new scheduler message: tell the hub."""
     restarted_in_place: int = 0
     """Container restarts the kubelet made (or is making) that this step counted."""
+    config_maps: list[ConfigMapPlan] = field(default_factory=list)
+    """ConfigMaps whose data follows the running pods and changed: write them again."""
 
 
 def _exit(obs: PodObservation) -> str:
@@ -110,6 +114,8 @@ class JobRun:
         """The scheduler's message for a pod that no node can take, while one cannot."""
         self.unschedulable_since: float | None = None
         """Seconds since the epoch (on `clock`) since when some pod has been unschedulable."""
+        self._config_data = {c.name: c.data for c in rendered.config_maps}
+        """Each ConfigMap's data as last decided (`Decision.config_maps` writes it)."""
         self._set(
             ConditionType.CREATED,
             JobPhase.CREATED,
@@ -212,7 +218,22 @@ class JobRun:
             decision.finished = True
             # The backoff limit stops the job: its other pods must not run on.
             decision.delete = self._to_delete(stop_active=over_limit)
+        else:
+            decision.config_maps = self._changed_config_maps()
         return decision
+
+    def _changed_config_maps(self) -> list[ConfigMapPlan]:
+        """The ConfigMaps whose data the pods now Running change (an MPIJob's host discovery
+        script lists its running workers), recorded as decided."""
+        if not self._config_data:
+            return []
+        running = [name for name, pod in self.pods.items() if pod.phase == "Running"]
+        changed = []
+        for plan in config_map_plans(self.job, self.attempt, running):
+            if self._config_data.get(plan.name) != plan.data:
+                self._config_data[plan.name] = plan.data
+                changed.append(plan)
+        return changed
 
     @staticmethod
     def _fresh_restarts(pod: PodState, obs: PodObservation) -> int:

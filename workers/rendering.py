@@ -4,6 +4,7 @@ asking which kind it is."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -333,6 +334,21 @@ def _service_plan(pod: PodPlan) -> ServicePlan:
     )
 
 
+def config_map_plans(
+    job: AnyJob, attempt: int = 1, running: Collection[str] = ()
+) -> list[ConfigMapPlan]:
+    """The job's ConfigMaps while the pods named in `running` run (none: as first created)."""
+    return [
+        ConfigMapPlan(
+            name=config.name,
+            namespace=job.metadata.namespace,
+            labels={**config.labels, **_job_labels(job, attempt)},
+            data=config.data,
+        )
+        for config in adapter_for(job.kind).config_maps(job, running)
+    ]
+
+
 def render_job(
     job: AnyJob,
     net: Network | None = None,
@@ -348,15 +364,7 @@ def render_job(
     adapter = adapter_for(job.kind)
     net = net or ClusterNetwork()
     rendered = RenderedJob(job=job, adapter=adapter)
-    for config in adapter.config_maps(job):
-        rendered.config_maps.append(
-            ConfigMapPlan(
-                name=config.name,
-                namespace=job.metadata.namespace,
-                labels={**config.labels, **_job_labels(job, attempt)},
-                data=config.data,
-            )
-        )
+    rendered.config_maps = config_map_plans(job, attempt)
     for access in adapter.access(job):
         rendered.access.append(
             AccessPlan(

@@ -551,6 +551,9 @@ class Worker:
             await self.backend.delete_pod(uid, pod.name, pod.namespace)
             decision.delete.pop(0)
         await self._create_pods(run, decision.create)
+        while decision.config_maps:
+            await self.backend.update_config_map(uid, decision.config_maps[0])
+            decision.config_maps.pop(0)
         await self._after(run, decision)
 
     async def _create_pods(self, run: JobRun, pods: list[PodPlan]) -> None:

@@ -367,6 +367,19 @@ async def test_an_mpijob_launcher_gets_its_own_account_allowed_to_exec_into_its_
         assert not await _may_exec(cluster, account_name, "kube-mpi-rbac-launcher")
         assert not await _may_exec(cluster, account_name, "someone-elses-pod")
 
+        # Horovod's elastic host discovery lists the workers once they run (the worker
+        # patches the ConfigMap as upstream's controller does); the hostfile lists them all.
+        expected = "#!/bin/sh\necho kube-mpi-rbac-worker-0:1\necho kube-mpi-rbac-worker-1:1"
+        async with asyncio.timeout(20):
+            while True:
+                (config,) = await job_objects(cluster, "configmaps", uid)
+                if config["data"]["discover_hosts.sh"] == expected:
+                    break
+                await asyncio.sleep(0.1)
+        assert config["data"]["hostfile"] == (
+            "kube-mpi-rbac-worker-0 slots=1\nkube-mpi-rbac-worker-1 slots=1\n"
+        )
+
         await system.until_finished([uid], timeout=30)
         assert system.final(uid).phase == JobPhase.SUCCEEDED
         # cleanPodPolicy Running took the workers; the account stays with the job.

@@ -13,7 +13,13 @@ from schemas.errors import JobInvalid
 from schemas.job_parsing import parse_job
 from workers.frameworks import adapter_for
 from workers.frameworks.base import ReplicaCounts
-from workers.rendering import LABEL_JOB_ROLE, LABEL_JOB_UID, PodPlan, render_job
+from workers.rendering import (
+    LABEL_JOB_ROLE,
+    LABEL_JOB_UID,
+    PodPlan,
+    config_map_plans,
+    render_job,
+)
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "kubeflow"
 ADAPTER = adapter_for("MPIJob")
@@ -47,7 +53,8 @@ def test_upstream_pi_example() -> None:
     assert config.data == {
         "hostfile": "pi-worker-0 slots=1\npi-worker-1 slots=1\n",
         "kubexec.sh": KUBEXEC,
-        "discover_hosts.sh": "#!/bin/sh\necho pi-worker-0:1\necho pi-worker-1:1",
+        # Horovod's elastic host discovery: the workers Running now, none yet.
+        "discover_hosts.sh": "#!/bin/sh",
     }
     assert [m["kind"] for m in rendered.manifests()] == [
         "ServiceAccount",
@@ -194,6 +201,7 @@ def test_gpu_launcher_main_container_slots_and_user_bootstrap() -> None:
     rendered = render_job(parse_job(doc))
     data = rendered.config_maps[0].data
     assert data["hostfile"] == "pi-launcher slots=4\npi-worker-0 slots=4\npi-worker-1 slots=4\n"
+    assert data["discover_hosts.sh"] == "#!/bin/sh\necho pi-launcher:4"
     assert "kubectl exec ${POD_NAME} --container mpi-worker -- /bin/sh" in data["kubexec.sh"]
     launcher_pod, worker0, _ = rendered.pods
     env = env_of(launcher_pod)
@@ -207,6 +215,24 @@ def test_gpu_launcher_main_container_slots_and_user_bootstrap() -> None:
     assert worker0.spec.containers[0].command == ["sleep"]
     assert worker0.spec.containers[0].args == ["365d"]
     assert worker0.default_container == "mpi-worker"
+
+
+def test_discover_hosts_lists_the_running_workers_sorted_by_name_as_upstream() -> None:
+    doc = document()
+    doc["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = 12
+    job = parse_job(doc)
+
+    def script(*running: str) -> str:
+        (config,) = config_map_plans(job, running=running)
+        assert config.data["hostfile"].count("slots=1") == 12  # the hostfile never changes
+        return config.data["discover_hosts.sh"]
+
+    assert script() == "#!/bin/sh"
+    # Upstream sorts the pods by name (pkg/controller.v1/mpi: updateDiscoverHostsInConfigMap):
+    # worker-10 before worker-2. The launcher and unknown names are not workers.
+    assert script("pi-worker-2", "pi-launcher", "pi-worker-10", "someone-else") == (
+        "#!/bin/sh\necho pi-worker-10:1\necho pi-worker-2:1"
+    )
 
 
 def test_workers_default_to_none_and_launcher_to_one() -> None:

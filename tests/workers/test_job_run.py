@@ -242,6 +242,34 @@ def test_mpijob_deprecated_clean_pod_policy_still_counts() -> None:
     assert names(decision.delete) == ["m-worker-0", "m-worker-1"]
 
 
+def test_mpijob_host_discovery_follows_the_running_workers() -> None:
+    document = job_document("MPIJob", "m", {"Launcher": replica(1), "Worker": replica(3)})
+    document["spec"]["mpiReplicaSpecs"]["Worker"]["restartPolicy"] = "OnFailure"
+    run = make_run(document)
+    run.start()
+
+    def discovered(decision: Decision) -> list[str] | None:
+        """The hosts a decision writes into discover_hosts.sh (None: no write)."""
+        if not decision.config_maps:
+            return None
+        (plan,) = decision.config_maps
+        assert plan.name == "m-config" and plan.labels == run.rendered.config_maps[0].labels
+        return [line.split()[1] for line in plan.data["discover_hosts.sh"].splitlines()[1:]]
+
+    assert discovered(see(run, "m-launcher", "Running")) is None
+    assert discovered(see(run, "m-worker-1", "Pending")) is None
+    assert discovered(see(run, "m-worker-1", "Running")) == ["m-worker-1:1"]
+    assert discovered(see(run, "m-worker-1", "Running")) is None  # nothing new: no write
+    assert discovered(see(run, "m-worker-0", "Running")) == ["m-worker-0:1", "m-worker-1:1"]
+    # A worker that fails is made again; until it runs it is not a host.
+    restarted = see(run, "m-worker-0", "Failed", 1)
+    assert names(restarted.restart) == ["m-worker-0"]
+    assert discovered(restarted) == ["m-worker-1:1"]
+    assert discovered(see(run, "m-worker-0", "Running")) == ["m-worker-0:1", "m-worker-1:1"]
+    finished = see(run, "m-launcher", "Succeeded", 0)
+    assert finished.finished and discovered(finished) is None
+
+
 # -- activeDeadlineSeconds and ttlSecondsAfterFinished ---------------------------------------
 
 

@@ -83,6 +83,10 @@ class Backend(abc.ABC):
     async def create_config_map(self, job_uid: str, config_map: ConfigMapPlan) -> None:
         """Create, or accept that it already exists (backends without volumes ignore it)."""
 
+    async def update_config_map(self, job_uid: str, config_map: ConfigMapPlan) -> None:
+        """Write the ConfigMap's data over what it holds (creating it if it is gone);
+        backends without volumes ignore it."""
+
     async def create_access(self, job_uid: str, access: AccessPlan) -> None:
         """Create the ServiceAccount, Role and RoleBinding, or accept that they exist
         (backends whose pods cannot reach a Kubernetes API ignore them)."""

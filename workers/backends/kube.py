@@ -209,6 +209,31 @@ class KubeBackend(Backend):
             config_map.manifest(),
         )
 
+    async def update_config_map(self, job_uid: str, config_map: ConfigMapPlan) -> None:
+        """A strategic-merge patch of its data (the keys given replace theirs, the others
+        stay); a ConfigMap someone deleted is made again whole. A refusal does not fail the
+        job (its pods run without the update): it is logged with what the identity lacks."""
+        try:
+            await self.api.send(
+                "patch",
+                "configmaps",
+                config_map.namespace,
+                self.api.core.patch_namespaced_config_map,
+                config_map.name,
+                config_map.namespace,
+                {"data": config_map.data},
+            )
+        except KubeNotFound:
+            await self.create_config_map(job_uid, config_map)
+        except KubeForbidden as error:
+            log.warning(
+                "ConfigMap %s/%s not updated (re-apply `trainhub member-rbac`): %s",
+                config_map.namespace,
+                config_map.name,
+                error,
+                extra=self._extra(job_uid),
+            )
+
     async def create_access(self, job_uid: str, access: AccessPlan) -> None:
         """ServiceAccount, Role, then the RoleBinding that joins them. The apiserver lets us
         create a Role only with permissions we hold ourselves (RBAC escalation prevention),

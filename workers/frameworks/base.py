@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -133,8 +133,9 @@ class FrameworkAdapter(abc.ABC):
         master = self.master_endpoint(job)
         return master is not None and self.pod_name(job, rtype, index) != master.service
 
-    def config_maps(self, job: AnyJob) -> list[ConfigData]:
-        """ConfigMaps to create before the pods."""
+    def config_maps(self, job: AnyJob, running: Collection[str] = ()) -> list[ConfigData]:
+        """ConfigMaps to create before the pods, and to write again as the job's pods start
+        and stop running (`running`: the names of those Running now)."""
         return []
 
     def access(self, job: AnyJob) -> list[AccessData]:

@@ -5,7 +5,7 @@ workers. No Services."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from schemas.kubeflow import MPI_DELIVERY_RESOURCES, AnyJob, MPIJob
@@ -121,12 +121,17 @@ class MPIAdapter(FrameworkAdapter):
         env |= {name: value for name, value in intel.items() if name not in own}
         return plain_env(env)
 
-    def config_maps(self, job: AnyJob) -> list[ConfigData]:
+    def config_maps(self, job: AnyJob, running: Collection[str] = ()) -> list[ConfigData]:
+        """The hostfile names every worker; `discover_hosts.sh` (Horovod's elastic host
+        discovery) only those Running now, sorted by name, as upstream rewrites it."""
         mpi = _mpi(job)
         slots = mpi.spec.slotsPerWorker or 1
         hosts = [self.pod_name(job, "Worker", i) for i in range(job.replicas_of("Worker"))]
+        up = sorted(set(hosts) & set(running))
         if has_gpu_launcher(job):
-            hosts.insert(0, self.pod_name(job, "Launcher", 0))
+            launcher = self.pod_name(job, "Launcher", 0)
+            hosts.insert(0, launcher)
+            up.insert(0, launcher)
         container = f" --container {mpi.spec.mainContainer}" if mpi.spec.mainContainer else ""
         kubexec = (
             "#!/bin/sh\nset -x\nPOD_NAME=$1\nshift\n"
@@ -139,8 +144,7 @@ class MPIAdapter(FrameworkAdapter):
                 data={
                     HOSTFILE: "".join(f"{h} slots={slots}\n" for h in hosts),
                     KUBEXEC: kubexec,
-                    # Upstream rewrites this as workers come and go; all of them are listed here.
-                    DISCOVER_HOSTS: "#!/bin/sh" + "".join(f"\necho {h}:{slots}" for h in hosts),
+                    DISCOVER_HOSTS: "#!/bin/sh" + "".join(f"\necho {h}:{slots}" for h in up),
                 },
             )
         ]
