@@ -586,7 +586,9 @@ def worker(
     ] = None,
     kubeconfig: Annotated[Path | None, typer.Option(help="kube backend: kubeconfig file.")] = None,
     context: Annotated[str | None, typer.Option(help="kube backend: kubeconfig context.")] = None,
-    logs_dir: Annotated[Path | None, typer.Option(help="local backend: pod logs here.")] = None,
+    logs_dir: Annotated[
+        Path | None, typer.Option(help="local and sim backends: pod logs here.")
+    ] = None,
     weight: Annotated[
         float | None,
         typer.Option(help="Operator preference 0..100 for this cluster (cluster-weight score)."),

@@ -42,7 +42,9 @@ class EmbeddedOptions:
 
 def make_backend(spec: ClusterSpec, options: EmbeddedOptions, logs_root: Path) -> Backend:
     if options.backend == "sim":
-        return SimBackend(spec.pool(), time_scale=options.sim_time_scale)
+        # Only where asked: a sim pod's log is a line per phase, kept in memory anyway.
+        logs = logs_root / spec.name if options.logs_dir is not None else None
+        return SimBackend(spec.pool(), time_scale=options.sim_time_scale, logs_dir=logs)
     if options.backend == "local":
         return LocalBackend(spec.pool(), workdir=options.workdir, logs_dir=logs_root / spec.name)
     raise ValueError(f"unknown backend {options.backend!r} (embedded runs use local or sim)")
@@ -73,7 +75,8 @@ def make_worker_backend(
         )
     spec = parse_cluster_spec(f"{cluster}:{capacity}")
     logs = logs_dir or Path.home() / ".cache" / "trainhub" / "logs"
-    return make_backend(spec, EmbeddedOptions(clusters=[spec], backend=kind), logs)
+    options = EmbeddedOptions(clusters=[spec], backend=kind, logs_dir=logs_dir)
+    return make_backend(spec, options, logs)
 
 
 class Embedded:

@@ -127,6 +127,20 @@ def test_up_sim_exits_zero_only_when_all_succeed(tmp_path: Path) -> None:
     assert "Failed" in failed.stdout
 
 
+def test_up_on_sim_keeps_each_pods_log_in_the_logs_dir(tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(jax_job("logged", workers=2)))
+    logs = tmp_path / "logs"
+    args = ("up", "--backend", "sim", "--exit-on-finish", "--no-live", "--cluster", "east")
+    result = trainhub(*args, "--logs-dir", str(logs), str(job))
+    assert result.returncode == 0, result.stdout + result.stderr
+    kept = sorted(p.relative_to(logs).as_posix() for p in logs.rglob("*.log"))
+    assert kept == ["east/default_logged-worker-0.log", "east/default_logged-worker-1.log"]
+    assert (logs / "east" / "default_logged-worker-1.log").read_text() == (
+        "[sim] logged-worker-1 is Running\n[sim] logged-worker-1 is Succeeded (exit code 0)\n"
+    )
+
+
 def test_up_refuses_malformed_yaml(tmp_path: Path) -> None:
     broken = tmp_path / "broken.yaml"
     broken.write_text("kind: [oops\n")

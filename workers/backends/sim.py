@@ -6,6 +6,7 @@ import asyncio
 from collections import Counter
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 
 from bus.aiotasks import TaskOwner
 from schemas.sim_annotations import SIM_DURATION, SIM_EXIT_CODE, parse_duration, parse_exit_code
@@ -59,10 +60,14 @@ class _SimPod:
 class SimBackend(Backend):
     kind = "sim"
 
-    def __init__(self, pool: NodePool, *, time_scale: float = 1.0) -> None:
+    def __init__(
+        self, pool: NodePool, *, time_scale: float = 1.0, logs_dir: Path | None = None
+    ) -> None:
+        """`logs_dir`: also keep what each pod "printed" in `<namespace>_<pod>.log` there."""
         super().__init__()
         self.pool = pool
         self.time_scale = time_scale
+        self.logs_dir = logs_dir
         self._pods: dict[str, _SimPod] = {}
         self._services: dict[str, str] = {}
         self._tasks = TaskOwner("sim")
@@ -107,7 +112,7 @@ class SimBackend(Backend):
         if self._pods.get(key) is not pod:
             return  # deleted before it started
         pod.phase = "Running"
-        pod.log += f"[sim] {pod.plan.name} is Running\n"
+        await self._print(pod, f"[sim] {pod.plan.name} is Running\n")
         await self._emit(pod)
         annotations = pod.plan.annotations
         duration = parse_duration(annotations.get(SIM_DURATION, str(DEFAULT_DURATION)))
@@ -116,10 +121,16 @@ class SimBackend(Backend):
         if self._pods.get(key) is not pod:
             return
         pod.phase = "Succeeded" if exit_code == 0 else "Failed"
-        pod.log += f"[sim] {pod.plan.name} is {pod.phase} (exit code {exit_code})\n"
+        await self._print(pod, f"[sim] {pod.plan.name} is {pod.phase} (exit code {exit_code})\n")
         self.pool.unbind(key)
         await self._emit(pod, exit_code)
         self._bind_pending()
+
+    async def _print(self, pod: _SimPod, line: str) -> None:
+        pod.log += line
+        if self.logs_dir is not None:
+            path = self.logs_dir / f"{pod.plan.namespace}_{pod.plan.name}.log"
+            await asyncio.to_thread(_append, path, line)
 
     async def _emit(self, pod: _SimPod, exit_code: int | None = None) -> None:
         await self.observations.put(
@@ -151,3 +162,10 @@ class SimBackend(Backend):
     async def pod_logs(self, job_uid: str, name: str) -> str:
         pod = next((p for p in self._pods.values() if p.plan.name == name), None)
         return "" if pod is None else pod.log
+
+
+def _append(path: Path, line: str) -> None:
+    """A pod's log file grows as a container's output does (a pod made again appends)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as log:
+        log.write(line)
