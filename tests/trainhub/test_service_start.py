@@ -4,13 +4,17 @@ answer as working; a SIGTERM before then is a clean stop (exit 0), as later."""
 
 from __future__ import annotations
 
+import signal
 import socket
+import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
 
 from tests.kafka.processes import Process
+from trainhub import entry
 
 
 def _free_port() -> int:
@@ -50,7 +54,38 @@ def test_stopped_while_still_starting_a_service_exits_zero(
     command: list[str], tmp_path: Path
 ) -> None:
     # Within the first second the CLI is still being imported: a SIGTERM then (a pod deleted
-    # as it starts) is a clean stop too, not a kill.
+    # as it starts) is a clean stop too, not a kill. Sent once the process catches SIGTERM,
+    # not after a fixed pause: a busy machine can take longer than that to start Python
+    # itself, before any of trainhub runs (as long as a kubelet's SIGTERM can come before).
     process = Process(command[0], [*command, "--bootstrap", "127.0.0.1:1"], tmp_path)
-    time.sleep(0.4)
+    deadline = time.monotonic() + 10
+    while not _catches_sigterm(process.popen.pid) and time.monotonic() < deadline:
+        assert process.popen.poll() is None, process.log()[-2000:]
+        time.sleep(0.005)
+    assert _catches_sigterm(process.popen.pid), "no SIGTERM handler after 10 s"
     assert process.terminate() == 0, process.log()[-2000:]
+
+
+def _catches_sigterm(pid: int) -> bool:
+    """Whether the process has a handler for SIGTERM (its SigCgt mask in /proc)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+
+
+@pytest.mark.parametrize(("command", "early"), [("hub", True), ("worker", True), ("up", False)])
+def test_services_catch_sigterm_before_the_cli_is_imported(
+    command: str, early: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The handler comes first: the CLI it guards takes a second or two to import."""
+    seen: list[object] = []
+    stand_in = types.ModuleType("trainhub.cli")
+    stand_in.main = lambda: seen.append(signal.getsignal(signal.SIGTERM))  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "trainhub.cli", stand_in)
+    monkeypatch.setattr(sys, "argv", ["trainhub", "-v", command])
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        entry.main()
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert (seen[0] is entry._stop_while_starting) is early
