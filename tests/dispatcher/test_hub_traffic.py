@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
@@ -339,7 +340,7 @@ async def test_a_waiting_job_is_not_republished_for_every_capacity_change() -> N
         await until(lambda: "most on one node 5" in reason_now(uid))
         for taken in (4, 5, 4, 5, 4):
             await beat(taken)
-            await until(lambda t=taken: f"most on one node {8 - t}" in reason_now(uid))
+            await until(functools.partial(_says, reason_now, uid, f"most on one node {8 - taken}"))
         first = await waiting_messages(uid)
         assert len(first) == 1 and "most on one node 5" in first[0], first
         # Once the last reason has stood long enough, the newest one goes out.
@@ -541,3 +542,7 @@ async def test_malformed_constraints_are_rejected_at_once_not_as_a_misfit() -> N
             assert (update.phase, update.reason) == (JobPhase.REJECTED, "Invalid")
             assert fragment in (update.message or ""), update.message
             assert hub.ledger.get(uid) is None  # nothing kept: it can be fixed and sent again
+
+
+def _says(reason_now: Callable[[str], str], uid: str, text: str) -> bool:
+    return text in reason_now(uid)
