@@ -54,9 +54,9 @@ def selectors(expr: str) -> list[Selector]:
     """The metric selectors of a PromQL expression, Grafana variables allowed."""
     label_values = _LABEL_VALUES.match(expr)
     if label_values:  # a Grafana variable query: label_values(selector, label)
-        (found,) = selectors(label_values.group(1))
-        found.labels.add(label_values.group(2))
-        return [found]
+        (values_of,) = selectors(label_values.group(1))
+        values_of.labels.add(label_values.group(2))
+        return [values_of]
     # A variable stands for a value (in a string or a range) or a duration; `5m` reads as both.
     tokens = _tokens(_GRAFANA_VARIABLES.sub("5m", expr))
     found: list[Selector] = []
