@@ -595,7 +595,13 @@ class KafkaSubscription(Subscription):
         consumer = self._started()
         partitions = list(consumer.assignment())
         if not partitions:
-            return 0
+            if self._group is not None:
+                return 0  # a group member may hold no partition: nothing is its to read
+            # Without a group every partition is ours, so none means aiokafka is between two
+            # assignments (a metadata answer that lacked the topic empties it until the next
+            # one). Reporting 0 then ended reads "to the end" before they began.
+            await self._await_assignment(consumer)
+            partitions = list(consumer.assignment())
         ends = await self._end_offsets(consumer, partitions)
         total = 0
         for tp in partitions:

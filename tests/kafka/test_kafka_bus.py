@@ -138,6 +138,38 @@ async def test_garbage_and_invalid_events_are_dead_lettered_and_consumer_continu
     assert any("missing CloudEvents headers" in r for r in reasons)
 
 
+async def test_a_reader_without_group_is_not_caught_up_while_between_assignments(
+    bus: KafkaBus, topics: Topics
+) -> None:
+    """aiokafka empties a group-less consumer's assignment when a metadata answer lacks the
+    topic, and assigns it again with the next: the lag in between is the topic's, not 0."""
+    topic = topics.status
+    await bus.create_topics([TopicSpec(topic, partitions=2)])
+    for index in range(4):
+        await bus.publish(topic, f"r{index}".encode(), key=f"k{index}".encode())
+    subscription = bus.subscribe([topic], group=None, start_from="earliest")
+    await subscription.start()
+    try:
+        consumer = subscription._started()  # type: ignore[attr-defined]
+        tps = set(consumer.assignment())
+        assert len(tps) == 2 and await subscription.lag() == 4
+        consumer._subscription.assign_from_subscribed(set())  # what the bare answer does
+        assert consumer.assignment() == set()
+
+        async def next_metadata_answer() -> None:
+            await asyncio.sleep(0.3)
+            consumer._subscription.assign_from_subscribed(tps)
+
+        again = asyncio.create_task(next_metadata_answer())
+        try:
+            lag = await subscription.lag()
+        finally:
+            await again  # assigned again whatever lag() did, so that stop() can finish
+        assert lag == 4
+    finally:
+        await subscription.stop()
+
+
 async def test_unknown_topic_is_a_clear_fatal_error(bus: KafkaBus, topics: Topics) -> None:
     with pytest.raises(UnknownTopicError, match="does not exist"):
         await bus.publish(f"{topics.prefix}.nowhere", b"x")
