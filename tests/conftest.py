@@ -12,6 +12,8 @@ from bus.kafka_settings import KafkaSettings
 from bus.topics import Topics
 from tests.kafka_target import KafkaTarget, kafka_target
 
+pytest_plugins = ["tests.stop_on_sigterm"]
+
 
 @pytest.fixture(scope="session")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaTarget]:
