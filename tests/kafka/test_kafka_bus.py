@@ -150,7 +150,7 @@ async def test_a_reader_without_group_is_not_caught_up_while_between_assignments
     subscription = bus.subscribe([topic], group=None, start_from="earliest")
     await subscription.start()
     try:
-        consumer = subscription._started()  # type: ignore[attr-defined]
+        consumer = subscription._started()
         tps = set(consumer.assignment())
         assert len(tps) == 2 and await subscription.lag() == 4
         consumer._subscription.assign_from_subscribed(set())  # what the bare answer does
