@@ -276,10 +276,13 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
+THIS_PROCESS = "this process (hub, workers, bench watches)"
+
+
 def process_groups(sandbox: KubeSandbox, broker_pid: int | None) -> dict[str, list[int]]:
     """The machine's busy processes by role: this one, each kind of control-plane process
     (all clusters together), the broker."""
-    groups: dict[str, list[int]] = {"this process (hub, workers, bench watches)": [os.getpid()]}
+    groups: dict[str, list[int]] = {THIS_PROCESS: [os.getpid()]}
     for process in sandbox.processes():
         groups.setdefault(process.name, []).append(process.pid)
     if broker_pid is not None:
@@ -336,7 +339,7 @@ async def run(
             submitted[uid] = (wall, mono)
 
         groups = process_groups(sandbox, broker_pid)
-        began, cpu_began = time.monotonic(), time.process_time()
+        began = time.monotonic()
         machine_began = machine_cpu.sample(groups)
         if args.serial_submit:
             for i in range(args.jobs):
@@ -358,7 +361,6 @@ async def run(
         while bound() < total_pods and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         all_bound = time.monotonic() - began
-        cpu_to_bound = time.process_time() - cpu_began
         machine_bound = machine_cpu.sample(groups)
         while len(status.finished) < args.jobs and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.1)
@@ -388,7 +390,7 @@ async def run(
             "all_pods_bound_s": round(all_bound, 3),
             "all_jobs_finished_s": round(all_finished, 3),
         },
-        cpu_to_bound=cpu_to_bound,
+        cpu_to_bound=machine_bound.groups_s[THIS_PROCESS] - machine_began.groups_s[THIS_PROCESS],
         machine=machine_cpu.split_per_item(
             machine_began,
             machine_bound,
@@ -420,8 +422,7 @@ def report(
             bound_at.setdefault(times.job_of[key], []).append(when)
         for key, when in times.created.items():
             created_by_job.setdefault(times.job_of[key], []).append(when)
-        created = sorted(times.created.values())
-        window = created[-1] - created[0] if len(created) > 1 else 0.0
+        created, window, rate = creation_rate(times)
         jobs_here = {times.job_of[k] for k in times.created}
         bursts = [
             (len(ts) - 1) / (max(ts) - min(ts))
@@ -433,7 +434,7 @@ def report(
             "pods_created": len(created),
             "pods_bound": len(times.bound),
             "creation_window_s": round(window, 3),
-            "pods_created_per_s": round((len(created) - 1) / window, 1) if window else None,
+            "pods_created_per_s": rate,
             "pods_created_per_s_within_a_job_p50": (
                 round(statistics.median(bursts), 1) if bursts else None
             ),
@@ -488,6 +489,14 @@ def report(
             "met_requests_per_job": per_job["beyond_one_create_per_object"] <= 10,
         },
     }
+
+
+def creation_rate(times: PodTimes) -> tuple[list[float], float, float | None]:
+    """The pods' creation times in order, the window from first to last, and pods created
+    per second over it (None with fewer than two pods or no window)."""
+    created = sorted(times.created.values())
+    window = created[-1] - created[0] if len(created) > 1 else 0.0
+    return created, window, round((len(created) - 1) / window, 1) if window else None
 
 
 def trainhub_cpu(seconds: float, pods: int) -> dict[str, Any]:
@@ -661,12 +670,7 @@ async def probe_without_trainhub(
             )
         )
         await asyncio.sleep(0.5)  # the watch's last events
-        rates: dict[str, Any] = {}
-        for name, seen in times.items():
-            created = sorted(seen.created.values())
-            window = created[-1] - created[0] if len(created) > 1 else 0.0
-            rates[name] = round((len(created) - 1) / window, 1) if window else None
-        return rates
+        return {name: creation_rate(seen)[2] for name, seen in times.items()}
     finally:
         for task in watches:
             task.cancel()
