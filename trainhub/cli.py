@@ -124,14 +124,12 @@ def render(
     stderr with the reason, and then the exit code is 1."""
     found = read_job_files([job_file])
     objects: list[dict[str, Any]] = []
-    rendered = 0
     for job in found.jobs:
         try:
             objects.extend(render_job(job).manifests())
-            rendered += 1
         except ContractError as exc:
             found.problems.append(f"{job.kind} {job.key}: {exc}")
-    if rendered:
+    if objects:  # every job has pods: none rendered, nothing to print
         print_structured(objects, output.value)
     _exit_on_problems(found)
 

@@ -4,14 +4,14 @@ malformed nodeAffinity, cluster-selector annotations, no replica at all)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dispatcher.demand import profile_job
 from schemas.errors import ContractError, JobInvalid
-from schemas.job_parsing import load_documents, parse_job, read_text
+from schemas.job_parsing import load_documents, names_of, parse_job, read_text
 from schemas.kubeflow import AnyJob
 
 
@@ -40,15 +40,10 @@ def _document_name(path: Path, index: int, count: int, document: Any) -> str:
     """`file` for a file's only document, else `file, document N`; with the kind and the
     namespace/name the document gives itself, when it gives them."""
     where = str(path) if count == 1 else f"{path}, document {index}"
-    if not isinstance(document, Mapping):
-        return where
-    metadata = document.get("metadata")
-    name = metadata.get("name") if isinstance(metadata, Mapping) else None
-    namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
-    kind = document.get("kind")
-    said = " ".join(
-        str(part) for part in (kind, f"{namespace or 'default'}/{name}" if name else None) if part
-    )
+    names = names_of(document)
+    name = names.get("name")
+    named = f"{names.get('namespace', 'default')}/{name}" if name else None
+    said = " ".join(part for part in (names.get("kind"), named) if part)
     return f"{where} ({said})" if said else where
 
 
