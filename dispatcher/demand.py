@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from dispatcher.amounts import Amount, compact_all
 from dispatcher.pod_policy import PrivilegeRequest, requested_privileges
+from dispatcher.port_rooms import is_port_resource, port_resource
 from schemas.kubeflow import AnyJob
 from schemas.pod import Toleration
 
@@ -206,11 +207,14 @@ def job_demand(job: AnyJob) -> list[PodDemand]:
             problem = None
         except ValueError as exc:
             required, preferred, problem = (), (), str(exc)
+        requests: dict[str, Amount] = dict(pod.total_requests(job.added_init_requests(rtype)))
+        for port in job.host_ports(rtype):
+            requests[port_resource(port)] = 1
         demands.append(
             PodDemand(
                 replica_type=rtype,
                 count=count,
-                requests=pod.total_requests(job.added_init_requests(rtype)),
+                requests=requests,
                 node_selector=dict(pod.nodeSelector or {}),
                 tolerations=tuple(pod.tolerations or ()),
                 required_terms=required,
@@ -234,11 +238,16 @@ _BASE_RESOURCES = ("cpu", "memory")
 
 def scored_resources(demand: Mapping[str, Amount]) -> tuple[str, ...]:
     """cpu, memory and the other resources the job asks for (the allocation scores average
-    the free share of each)."""
+    the free share of each); host ports are not capacity to share."""
     for resource, amount in demand.items():
-        if amount > 0 and resource not in _BASE_RESOURCES:
-            extra = sorted(r for r, a in demand.items() if a > 0 and r not in _BASE_RESOURCES)
-            return (*_BASE_RESOURCES, *extra)
+        if amount > 0 and resource not in _BASE_RESOURCES and not is_port_resource(resource):
+            extra = sorted(
+                r
+                for r, a in demand.items()
+                if a > 0 and r not in _BASE_RESOURCES and not is_port_resource(r)
+            )
+            if extra:
+                return (*_BASE_RESOURCES, *extra)
     return _BASE_RESOURCES
 
 
@@ -263,6 +272,7 @@ class JobProfile:
         "key",
         "namespace",
         "ordered",
+        "ports",
         "preferred_clusters",
         "privileges",
         "problem",
@@ -282,6 +292,7 @@ class JobProfile:
         problem: str | None,
         key: tuple[object, ...],
         scored: tuple[tuple[str, float], ...] = (),
+        ports: frozenset[str] = frozenset(),
     ) -> None:
         self.demands = demands
         self.ordered = ordered
@@ -299,6 +310,8 @@ class JobProfile:
         self.scored = scored
         """The resources allocation scores look at (`scored_resources` of `total`), each with
         its `total` as a float."""
+        self.ports = ports
+        """The host-port resources its pods need (dispatcher/port_rooms.py)."""
 
 
 def _annotation_selector(
@@ -340,6 +353,7 @@ def profile_job(job: AnyJob) -> JobProfile:
         problem=problem,
         key=(tuple(d.key for d in demands), namespace, selector, preferred, privileges, problem),
         scored=tuple([(r, float(total.get(r, 0))) for r in scored_resources(total)]),
+        ports=frozenset([r for r in total if is_port_resource(r)]),
     )
 
 

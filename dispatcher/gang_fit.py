@@ -15,6 +15,7 @@ from itertools import compress, repeat
 
 from dispatcher.amounts import Amount, compact_all
 from dispatcher.demand import PodDemand, packing_order
+from dispatcher.port_rooms import is_port_resource, port_of
 from schemas.cluster import NodeSnapshot, Taint
 from schemas.pod import Toleration
 from schemas.quantity import format_quantity
@@ -121,18 +122,29 @@ def shortage(
         detail = "; ".join(problems) if nodes else "the cluster has no nodes"
         return f"no node admits {demand.replica_type} pods ({detail})"
     short = []
+    ports = []
     for resource, amount in _needs(demand, nodes[admitting[0]]).items():
+        held = is_port_resource(resource)
+        if held:
+            ports.append(port_of(resource))
         best = max(nodes[i].free.get(resource, 0) for i in admitting)
-        if best < amount:
+        if best >= amount:
+            continue
+        if held:
+            short.append(f"host port {port_of(resource)} is taken on every node that admits it")
+        else:
             short.append(
                 f"{resource}: needs {format_quantity(amount)} per pod, "
                 f"most on one node {format_quantity(max(best, 0))}"
             )
     if short:
         return f"{demand.replica_type} pod does not fit on any node ({'; '.join(short)})"
+    spread = (
+        f" (its pods hold host port {', '.join(sorted(ports))}: one to a node)" if ports else ""
+    )
     return (
         f"not enough nodes for the whole gang at once: room for {placed} of "
-        f"{demand.count} {demand.replica_type} pods next to the other replicas"
+        f"{demand.count} {demand.replica_type} pods next to the other replicas{spread}"
     )
 
 

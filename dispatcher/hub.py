@@ -27,6 +27,7 @@ from dispatcher.ledger import JobRecord, Ledger, queue_of
 from dispatcher.metrics import HubMetrics
 from dispatcher.placement import Placement, Placer, VersionedReservations
 from dispatcher.placement_config import PlacementConfig
+from dispatcher.port_rooms import is_port_resource, with_port_rooms
 from dispatcher.registry import ClusterRegistry
 from schemas.cluster import ClusterSnapshot
 from schemas.conditions import ConditionValue, set_condition
@@ -218,7 +219,10 @@ class Hub:
         snapshot = self.clusters.get(record.cluster or "")
         if snapshot is None or record.job is None or record.uid in snapshot.jobs:
             return
-        fit = gang_fit([NodeRoom.of(n) for n in snapshot.nodes], job_demand(record.job))
+        demands = job_demand(record.job)
+        ports = sorted({r for d in demands for r in d.requests if is_port_resource(r)})
+        nodes = with_port_rooms(snapshot, ports).nodes
+        fit = gang_fit([NodeRoom.of(n) for n in nodes], demands)
         if fit.fits:
             self.reservations.reserve(snapshot.name, record.uid, fit.usage)
 

@@ -28,6 +28,7 @@ COMPILED = (
     "placement",
     "placement_cache",
     "pod_policy",
+    "port_rooms",
     "reservation_versions",
     "reservations",
     "scoring",

@@ -95,6 +95,7 @@ def plan_placement(
     if cache is None:
         cache = PlacementCache()
     cache.bind(scorer, reservations)
+    clusters = cache.port_rooms.view(clusters, profile.ports)
     max_cost = 0.0
     if scorer.uses_cost:
         max_cost = max((c.cost for c in clusters if c.cost is not None), default=0.0)

@@ -35,6 +35,7 @@ from dispatcher.gang_fit import (
     surely_fits,
 )
 from dispatcher.pod_policy import policy_refusal
+from dispatcher.port_rooms import PortRooms
 from dispatcher.reservation_versions import VersionedReservations
 from dispatcher.reservations import Reservations
 from dispatcher.scoring import ScoreInput, WeightedScorer
@@ -749,6 +750,8 @@ class PlacementCache:
         self._shape_ids: dict[tuple[object, ...], int] = {}
         self._next_shape = 0
         self._bound: tuple[WeightedScorer, Reservations | None] | None = None
+        self.port_rooms = PortRooms()
+        """The snapshots as placement sees them, with room for host ports."""
 
     def bind(self, scorer: WeightedScorer, reservations: Reservations | None) -> None:
         bound = self._bound

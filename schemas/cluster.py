@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -29,6 +29,12 @@ class NodeSnapshot(BaseModel):
     requested: ResourceList = Field(default_factory=dict)
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
+    hostPorts: list[Annotated[str, Field(pattern=r"^[A-Z0-9]{1,16}/[0-9]{1,5}$")]] = Field(
+        default_factory=list,
+        max_length=4096,
+        description="Host ports its pods hold, PROTOCOL/PORT (schemas/host_ports.py): a pod "
+        "holding one of them does not fit here.",
+    )
 
     def free(self, resource: str) -> Decimal:
         """Free amount of a resource; a resource missing from `requested` counts as zero."""

@@ -14,6 +14,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from schemas.host_ports import pod_host_ports, port_key
 from schemas.names import DNS1123_LABEL
 from schemas.pod import PodTemplateSpec
 from schemas.quantity import parse_quantity
@@ -155,6 +156,11 @@ class _TrainingJobBase(BaseModel):
     REQUIRES_DEFAULT_CONTAINER: ClassVar[bool] = True
     HAS_SERVICES: ClassVar[bool] = True
     """Each replica gets a Service named like its pod, `<job>-<replica type>-<index>`."""
+    PORT_NAME: ClassVar[str]
+    DEFAULT_PORT: ClassVar[int]
+    ADDS_DEFAULT_PORT: ClassVar[bool] = True
+    """The operator adds port `PORT_NAME`/`DEFAULT_PORT` to each replica's main container (the
+    default container, else the first) unless that container has a port of that name."""
 
     apiVersion: Literal["kubeflow.org/v1"]
     metadata: ObjectMeta
@@ -276,6 +282,28 @@ class _TrainingJobBase(BaseModel):
         run (placement counts them as the scheduler will)."""
         return ()
 
+    def host_ports(self, rtype: str) -> frozenset[str]:
+        """The host ports each `rtype` pod holds on its node (schemas/host_ports.py), the port
+        the operator adds included."""
+        spec = self.replica_specs[rtype].template.spec
+        host_network = (spec.model_extra or {}).get("hostNetwork") is True
+        if not host_network and not any(
+            "hostPort" in (port.model_extra or {})
+            for container in [*spec.containers, *(spec.initContainers or ())]
+            for port in container.ports or ()
+        ):
+            return frozenset()  # most pods: nothing to read
+        held = pod_host_ports(spec.model_dump(mode="json", exclude_none=True))
+        if not (host_network and self.ADDS_DEFAULT_PORT):
+            return held
+        names = [c.name for c in spec.containers]
+        main = spec.containers[
+            names.index(self.DEFAULT_CONTAINER) if self.DEFAULT_CONTAINER in names else 0
+        ]
+        if any(port.name == self.PORT_NAME for port in main.ports or ()):
+            return held
+        return held | {port_key(None, self.DEFAULT_PORT)}
+
     @property
     def total_replicas(self) -> int:
         return sum(self.replicas_of(t) for t in self.replica_specs)
@@ -288,6 +316,8 @@ class TFJob(_TrainingJobBase):
     REPLICA_FIELD = "tfReplicaSpecs"
     REPLICA_TYPES = ("Chief", "Master", "PS", "Worker", "Evaluator")
     DEFAULT_CONTAINER = "tensorflow"
+    PORT_NAME = "tfjob-port"
+    DEFAULT_PORT = 2222
     FRAMEWORK = "tensorflow"
     kind: Literal["TFJob"]
     spec: TFJobSpec
@@ -316,6 +346,8 @@ class PyTorchJob(_TrainingJobBase):
     REPLICA_FIELD = "pytorchReplicaSpecs"
     REPLICA_TYPES = ("Master", "Worker")
     DEFAULT_CONTAINER = "pytorch"
+    PORT_NAME = "pytorchjob-port"
+    DEFAULT_PORT = 23456
     FRAMEWORK = "pytorch"
     DEFAULT_NPROC_PER_NODE: ClassVar[str] = "auto"
     kind: Literal["PyTorchJob"]
@@ -372,6 +404,8 @@ class XGBoostJob(_TrainingJobBase):
     REPLICA_FIELD = "xgbReplicaSpecs"
     REPLICA_TYPES = ("Master", "Worker")
     DEFAULT_CONTAINER = "xgboost"
+    PORT_NAME = "xgboostjob-port"
+    DEFAULT_PORT = 9999
     FRAMEWORK = "xgboost"
     kind: Literal["XGBoostJob"]
     spec: XGBoostJobSpec
@@ -398,6 +432,9 @@ class MPIJob(_TrainingJobBase):
     REPLICA_FIELD = "mpiReplicaSpecs"
     REPLICA_TYPES = ("Launcher", "Worker")
     DEFAULT_CONTAINER = "mpi"
+    PORT_NAME = "mpi-port"
+    DEFAULT_PORT = 9999
+    ADDS_DEFAULT_PORT = False
     FRAMEWORK = "mpi"
     # v1 MPIJob names its containers freely (`mainContainer` says which one runs the work).
     REQUIRES_DEFAULT_CONTAINER = False
@@ -444,6 +481,8 @@ class PaddleJob(_TrainingJobBase):
     REPLICA_FIELD = "paddleReplicaSpecs"
     REPLICA_TYPES = ("Master", "Worker")
     DEFAULT_CONTAINER = "paddle"
+    PORT_NAME = "master"
+    DEFAULT_PORT = 36543
     FRAMEWORK = "paddle"
     kind: Literal["PaddleJob"]
     spec: PaddleJobSpec
@@ -453,6 +492,8 @@ class JAXJob(_TrainingJobBase):
     REPLICA_FIELD = "jaxReplicaSpecs"
     REPLICA_TYPES = ("Worker",)
     DEFAULT_CONTAINER = "jax"
+    PORT_NAME = "jaxjob-port"
+    DEFAULT_PORT = 6666
     FRAMEWORK = "jax"
     kind: Literal["JAXJob"]
     spec: JAXJobSpec

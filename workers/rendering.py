@@ -7,8 +7,10 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import cached_property
 from typing import Any
 
+from schemas.host_ports import pod_host_ports
 from schemas.kubeflow import PYTORCH_INIT_RESOURCES, AnyJob
 from schemas.pod import Container, ContainerPort, EnvVar, PodSpec
 from workers.frameworks import adapter_for
@@ -59,6 +61,11 @@ class PodPlan:
     @property
     def requests(self) -> dict[str, Decimal]:
         return self.spec.total_requests()
+
+    @cached_property
+    def host_ports(self) -> frozenset[str]:
+        """The host ports the pod holds on its node, as kube-scheduler counts them."""
+        return pod_host_ports(self.spec.model_dump(mode="json", exclude_none=True))
 
     @property
     def main_container(self) -> Container:

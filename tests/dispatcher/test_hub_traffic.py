@@ -7,6 +7,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from bus.dead_letters import dead_letter_reason
 from bus.events import events_to_end, publish_event
@@ -158,6 +159,48 @@ async def test_running_before_the_heartbeat_does_not_free_the_capacity_twice() -
         assert hub.ledger.get(second).phase == JobPhase.ASSIGNED  # type: ignore[union-attr]
     finally:
         await hub.stop()
+
+
+def _on_host_port(document: dict[str, Any], port: int) -> dict[str, Any]:
+    spec = document["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]
+    spec["containers"][0]["ports"] = [{"containerPort": port, "hostPort": port}]
+    return document
+
+
+async def test_a_restarted_hub_keeps_the_host_ports_a_placed_job_holds() -> None:
+    bus = MemoryBus()
+    await bus.start()
+    topics = Topics(prefix="ports")
+    first = Hub(bus, topics, HubConfig(schedule_interval=0.05))
+    await first.start()
+    snapshot = cluster("east", node("n1", cpu="4", memory="8Gi"), node("n2", cpu="4", memory="8Gi"))
+    heartbeat = make_event(EventType.CLUSTER_HEARTBEAT, "worker/east", "east", snapshot)
+    await publish_event(bus, topics.clusters, "east", heartbeat)
+    # Two pods of 1 cpu holding port 7070: one on each node, though one node has room for both.
+    uid = await submit_document(bus, topics, _on_host_port(jax_job("held", cpu="1"), 7070))
+    await until(lambda: first.ledger.count(JobPhase.ASSIGNED) == 1)
+    await first.stop()
+
+    second = Hub(bus, topics, HubConfig(schedule_interval=0.05))
+    await second.start()
+    try:
+        record = second.ledger.get(uid)
+        assert record is not None and record.phase == JobPhase.ASSIGNED
+        assert second.reservations.count("east") == 1
+        # Both nodes' port 7070 is taken until the heartbeat shows the job: a pod wanting it
+        # waits, with 6 cpu free; one on another port is placed.
+        late = await submit_document(
+            bus, topics, _on_host_port(jax_job("late", workers=1, cpu="1"), 7070)
+        )
+        other = await submit_document(
+            bus, topics, _on_host_port(jax_job("other", workers=1, cpu="1"), 7071)
+        )
+        await until(lambda: second.ledger.count(JobPhase.ASSIGNED) == 2)
+        assert second.ledger.get(other).phase == JobPhase.ASSIGNED  # type: ignore[union-attr]
+        waiting = second.ledger.get(late)
+        assert waiting is not None and waiting.phase == JobPhase.QUEUED
+    finally:
+        await second.stop()
 
 
 async def test_a_restarted_hub_keeps_the_reservation_of_a_job_no_heartbeat_counts_yet() -> None:

@@ -233,7 +233,9 @@ def _job(index: int, draw: st.DrawFn) -> dict[str, Any]:
             }
         }
     elif kind == 2:
-        spec["hostNetwork"] = True
+        spec["hostNetwork"] = True  # holds the JAX port, 6666, on its node
+    elif kind == 3:
+        spec["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080}]
     annotations = {}
     if draw(st.integers(0, 5)) == 0:
         annotations["trainhub.io/cluster-selector"] = "region=eu"
@@ -256,6 +258,9 @@ def _job(index: int, draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
+_held_ports = st.sampled_from([[], [], ["TCP/6666"], ["TCP/8080"], ["TCP/6666", "TCP/8080"]])
+
+
 def _snapshot(name: str, draw: st.DrawFn, sequence: int, at: datetime) -> ClusterSnapshot:
     nodes = []
     for i in range(draw(st.integers(1, 4))):
@@ -266,6 +271,7 @@ def _snapshot(name: str, draw: st.DrawFn, sequence: int, at: datetime) -> Cluste
                 allocatable={"cpu": cpu, "memory": 16 * GI, "pods": 110},
                 requested={"cpu": draw(st.integers(0, cpu))},
                 labels={"zone": draw(st.sampled_from(["a", "b"]))},
+                hostPorts=draw(_held_ports),
             )
         )
     return ClusterSnapshot(
@@ -345,7 +351,12 @@ def test_cached_decisions_equal_fresh_ones(data: st.DataObject) -> None:
             snapshot = _snapshot(name, draw, sequence, now)
             if draw(st.booleans()):  # the same nodes, other pods running on them
                 nodes = [
-                    n.model_copy(update={"requested": {"cpu": draw(st.integers(0, 2))}})
+                    n.model_copy(
+                        update={
+                            "requested": {"cpu": draw(st.integers(0, 2))},
+                            "hostPorts": draw(_held_ports),
+                        }
+                    )
                     for n in clusters[name].nodes
                 ]
                 # ... and perhaps a new weight from the operator, or other labels

@@ -113,3 +113,34 @@ async def test_jobs_run_on_real_pods_of_the_cluster_the_hub_chose(
         for worker in system.workers.values():
             for uid in uids:
                 await worker.backend.delete_job(uid)
+
+
+def _holding_port(document: dict[str, object], port: int) -> dict[str, object]:
+    spec = document["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]  # type: ignore[index]
+    spec["containers"][0]["ports"] = [{"containerPort": port, "hostPort": port}]
+    return document
+
+
+async def test_pods_holding_a_host_port_go_one_to_a_node_as_kube_scheduler_binds_them(
+    system: System, kube_sandbox: KubeSandbox
+) -> None:
+    # Every cluster here has two nodes, each with room for several of these pods but, as
+    # kube-scheduler sees it, for one holder of host port 7070.
+    pair = _holding_port(jax_job("e2e-port-pair", workers=2, cpu="500m", duration="2s"), 7070)
+    three = _holding_port(jax_job("e2e-port-three", workers=3, cpu="500m", duration="1s"), 7070)
+    uids = [await submit_document(system.bus, system.topics, doc) for doc in (pair, three)]
+    try:
+        async with asyncio.timeout(90):
+            updates = await _follow(system, set(uids))
+        finals = {uid: history[-1] for uid, history in updates.items()}
+        assert finals[uids[0]].phase == JobPhase.SUCCEEDED, finals[uids[0]]
+        rejected = finals[uids[1]]
+        assert rejected.phase == JobPhase.REJECTED, rejected
+        assert "its pods hold host port TCP/7070: one to a node" in (rejected.message or "")
+        cluster = kube_sandbox.clusters[finals[uids[0]].cluster or ""]
+        pods = await job_objects(cluster, "pods", uids[0])
+        assert len({pod["spec"]["nodeName"] for pod in pods}) == 2
+    finally:
+        for worker in system.workers.values():
+            for uid in uids:
+                await worker.backend.delete_job(uid)

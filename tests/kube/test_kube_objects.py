@@ -167,3 +167,17 @@ def test_observer_reports_each_phase_once_and_unschedulable_separately() -> None
         "Evicted",
     )
     assert observer.observe(_pod("theirs", None, "Pending", [_container()])) is None
+
+
+def test_host_ports_of_bound_non_terminal_pods_are_reported_per_node() -> None:
+    ported = {"name": "c", "image": "x", "ports": [{"containerPort": 80, "hostPort": 8080}]}
+    on_host = {"name": "c", "image": "x", "ports": [{"containerPort": 23456}]}
+    pods = [
+        _pod("web", "n1", "Running", [ported]),
+        _pod("trainer", "n1", "Running", [on_host], job="j1", hostNetwork=True),
+        _pod("ended", "n2", "Succeeded", [ported]),  # holds nothing any more
+        _pod("waiting", None, "Pending", [on_host], hostNetwork=True),  # not bound yet
+        _pod("plain", "n2", "Running", [{**on_host, "name": "d"}]),  # pod network: no host port
+    ]
+    snapshots, _ = node_snapshots([_node("n1"), _node("n2")], pods)
+    assert {n.name: n.hostPorts for n in snapshots} == {"n1": ["TCP/23456", "TCP/8080"], "n2": []}

@@ -189,3 +189,23 @@ def test_cli_render_shows_every_object(path: Path) -> None:
     assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
         (m["kind"], m["metadata"]["name"]) for m in expected
     ]
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("host_network", [True, False])
+def test_the_hub_reads_the_host_ports_the_rendered_pods_hold(
+    path: Path, host_network: bool
+) -> None:
+    """Placement reads host ports from the job (schemas), the pods are rendered here: both
+    must agree, the port each kind adds included."""
+    doc = document(path)
+    kind = JOB_CLASSES[doc["kind"]]
+    for rspec in doc["spec"][kind.REPLICA_FIELD].values():
+        rspec["template"]["spec"]["hostNetwork"] = host_network
+    job = parse_job(doc)
+    pods = render_job(job).pods
+    assert pods
+    for pod in pods:
+        assert pod.host_ports == job.host_ports(pod.replica_type), pod.name
+    if host_network and kind.ADDS_DEFAULT_PORT:
+        assert any(pod.host_ports for pod in pods)

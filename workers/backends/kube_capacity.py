@@ -1,5 +1,6 @@
 """A cluster's free capacity per node, read from its Node and Pod objects the way
-kube-scheduler counts it: allocatable minus the requests of the pods bound to the node."""
+kube-scheduler counts it: allocatable minus the requests of the pods bound to the node, and
+the host ports those pods hold."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from decimal import Decimal
 from typing import Any
 
 from schemas.cluster import NodeSnapshot, Taint
+from schemas.host_ports import pod_host_ports
 from schemas.pod import scheduled_requests
 from schemas.quantity import QuantityError, parse_quantity
 from workers.rendering import ANNOTATION_GANG_SIZE, LABEL_JOB_UID, LABEL_MANAGED, OPERATOR_NAME
@@ -99,15 +101,20 @@ def node_snapshots(
     than letting go of the room its unbound pods still need."""
     requested: dict[str, dict[str, Decimal]] = {}
     pod_counts: dict[str, int] = {}
+    held_ports: dict[str, set[str]] = {}
     bound: dict[str, int] = {}
     sizes: dict[str, int] = {}
     for pod in pods:
         node = (pod.get("spec") or {}).get("nodeName")
         if not node or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
             continue
+        spec = pod.get("spec") or {}
         totals = requested.setdefault(node, {})
-        for name, amount in pod_requests(pod.get("spec") or {}).items():
+        for name, amount in pod_requests(spec).items():
             totals[name] = totals.get(name, Decimal(0)) + amount
+        ports = pod_host_ports(spec)
+        if ports:
+            held_ports.setdefault(node, set()).update(ports)
         pod_counts[node] = pod_counts.get(node, 0) + 1
         if is_ours(pod):
             uid = job_uid_of(pod)
@@ -132,6 +139,7 @@ def node_snapshots(
                 requested=used,
                 labels=dict(metadata.get("labels") or {}),
                 taints=_taints(node),
+                hostPorts=sorted(held_ports.get(name, ())),
             )
         )
     return snapshots, jobs

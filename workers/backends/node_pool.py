@@ -16,6 +16,14 @@ class PoolNode:
     taints: list[Taint] = field(default_factory=list)
     bound: dict[str, dict[str, Decimal]] = field(default_factory=dict)
     """pod key -> requests of the pods bound here"""
+    ports: dict[str, frozenset[str]] = field(default_factory=dict)
+    """pod key -> host ports of the pods bound here that hold any"""
+
+    def held_ports(self) -> set[str]:
+        held: set[str] = set()
+        for ports in self.ports.values():
+            held |= ports
+        return held
 
     def requested(self) -> dict[str, Decimal]:
         total: dict[str, Decimal] = {}
@@ -26,7 +34,9 @@ class PoolNode:
             total["pods"] = Decimal(len(self.bound))
         return total
 
-    def fits(self, requests: dict[str, Decimal]) -> bool:
+    def fits(self, requests: dict[str, Decimal], ports: frozenset[str] = frozenset()) -> bool:
+        if ports and not ports.isdisjoint(self.held_ports()):
+            return False
         used = self.requested()
         needs = dict(requests)
         if "pods" in self.allocatable:
@@ -44,6 +54,7 @@ class PoolNode:
             requested=self.requested(),
             labels=dict(self.labels),
             taints=list(self.taints),
+            hostPorts=sorted(self.held_ports()),
         )
 
 
@@ -52,18 +63,27 @@ class NodePool:
         self.nodes = nodes
 
     def bind(
-        self, pod_key: str, requests: dict[str, Decimal], selector: dict[str, str]
+        self,
+        pod_key: str,
+        requests: dict[str, Decimal],
+        selector: dict[str, str],
+        ports: frozenset[str] = frozenset(),
     ) -> str | None:
         """Bind to the first node that fits; None when none does right now."""
         for node in self.nodes:
-            if all(node.labels.get(k) == v for k, v in selector.items()) and node.fits(requests):
+            if all(node.labels.get(k) == v for k, v in selector.items()) and node.fits(
+                requests, ports
+            ):
                 node.bound[pod_key] = requests
+                if ports:
+                    node.ports[pod_key] = ports
                 return node.name
         return None
 
     def unbind(self, pod_key: str) -> None:
         for node in self.nodes:
             node.bound.pop(pod_key, None)
+            node.ports.pop(pod_key, None)
 
     def snapshots(self) -> list[NodeSnapshot]:
         return [n.snapshot() for n in self.nodes]

@@ -32,6 +32,9 @@ def _why_unschedulable(pool: NodePool, pod: PodPlan) -> str:
         if any(node.labels.get(k) != v for k, v in selector.items()):
             reasons["node(s) didn't match Pod's node affinity/selector"] += 1
             continue
+        if not pod.host_ports.isdisjoint(node.held_ports()):
+            reasons["node(s) didn't have free ports for the requested pod ports"] += 1
+            continue
         used = node.requested()
         needs = {**pod.requests, "pods": Decimal(1)} if "pods" in node.allocatable else pod.requests
         for resource, amount in needs.items():
@@ -92,7 +95,7 @@ class SimBackend(Backend):
             if pod.phase != "Pending" or pod.node is not None:
                 continue
             selector = dict(pod.plan.spec.nodeSelector or {})
-            node = self.pool.bind(key, pod.plan.requests, selector)
+            node = self.pool.bind(key, pod.plan.requests, selector, pod.plan.host_ports)
             if node is not None:
                 pod.node = node
                 pod.unschedulable = None

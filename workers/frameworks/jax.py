@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from schemas.kubeflow import AnyJob
+from schemas.kubeflow import AnyJob, JAXJob
 from schemas.pod import EnvVar
 from workers.frameworks.base import (
     FrameworkAdapter,
@@ -19,8 +19,8 @@ from workers.network import Network
 class JAXAdapter(FrameworkAdapter):
     kind = "JAXJob"
     default_container = "jax"
-    port_name = "jaxjob-port"
-    default_port = 6666
+    port_name = JAXJob.PORT_NAME
+    default_port = JAXJob.DEFAULT_PORT
     default_restart_policy = "Never"
 
     def is_master(self, job: AnyJob, rtype: str, index: int) -> bool:

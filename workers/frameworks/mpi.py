@@ -70,11 +70,11 @@ _RSH_AGENT = "OMPI_MCA_plm_rsh_agent"
 class MPIAdapter(FrameworkAdapter):
     kind = "MPIJob"
     default_container = "mpi"
-    port_name = "mpi-port"
-    default_port = 9999
+    port_name = MPIJob.PORT_NAME
+    default_port = MPIJob.DEFAULT_PORT
     default_restart_policy = "Never"
     creates_services = False
-    injects_default_port = False
+    injects_default_port = MPIJob.ADDS_DEFAULT_PORT
     env_in_every_container = False
 
     def pod_name(self, job: AnyJob, rtype: str, index: int) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from schemas.kubeflow import AnyJob
+from schemas.kubeflow import AnyJob, PaddleJob
 from schemas.pod import EnvVar
 from workers.frameworks.base import (
     FrameworkAdapter,
@@ -22,8 +22,8 @@ POD_IP_VARIABLE = "POD_IP_DUMMY"
 class PaddleAdapter(FrameworkAdapter):
     kind = "PaddleJob"
     default_container = "paddle"
-    port_name = "master"
-    default_port = 36543
+    port_name = PaddleJob.PORT_NAME
+    default_port = PaddleJob.DEFAULT_PORT
     default_restart_policy = "OnFailure"
 
     def is_master(self, job: AnyJob, rtype: str, index: int) -> bool:

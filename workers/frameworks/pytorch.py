@@ -30,8 +30,8 @@ def _pytorch(job: AnyJob) -> PyTorchJob:
 class PyTorchAdapter(FrameworkAdapter):
     kind = "PyTorchJob"
     default_container = "pytorch"
-    port_name = "pytorchjob-port"
-    default_port = 23456
+    port_name = PyTorchJob.PORT_NAME
+    default_port = PyTorchJob.DEFAULT_PORT
     default_restart_policy = "OnFailure"
 
     def is_master(self, job: AnyJob, rtype: str, index: int) -> bool:

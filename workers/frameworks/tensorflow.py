@@ -34,8 +34,8 @@ def _chief_type(job: AnyJob) -> str | None:
 class TFAdapter(FrameworkAdapter):
     kind = "TFJob"
     default_container = "tensorflow"
-    port_name = "tfjob-port"
-    default_port = 2222
+    port_name = TFJob.PORT_NAME
+    default_port = TFJob.DEFAULT_PORT
     default_restart_policy = "Never"
     env_in_every_container = False
 

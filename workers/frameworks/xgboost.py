@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from schemas.kubeflow import AnyJob
+from schemas.kubeflow import AnyJob, XGBoostJob
 from schemas.pod import EnvVar
 from workers.frameworks.base import (
     FrameworkAdapter,
@@ -19,8 +19,8 @@ from workers.network import Network
 class XGBoostAdapter(FrameworkAdapter):
     kind = "XGBoostJob"
     default_container = "xgboost"
-    port_name = "xgboostjob-port"
-    default_port = 9999
+    port_name = XGBoostJob.PORT_NAME
+    default_port = XGBoostJob.DEFAULT_PORT
     default_restart_policy = "Never"
 
     def is_master(self, job: AnyJob, rtype: str, index: int) -> bool:
