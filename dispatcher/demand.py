@@ -239,16 +239,12 @@ _BASE_RESOURCES = ("cpu", "memory")
 def scored_resources(demand: Mapping[str, Amount]) -> tuple[str, ...]:
     """cpu, memory and the other resources the job asks for (the allocation scores average
     the free share of each); host ports are not capacity to share."""
-    for resource, amount in demand.items():
-        if amount > 0 and resource not in _BASE_RESOURCES and not is_port_resource(resource):
-            extra = sorted(
-                r
-                for r, a in demand.items()
-                if a > 0 and r not in _BASE_RESOURCES and not is_port_resource(r)
-            )
-            if extra:
-                return (*_BASE_RESOURCES, *extra)
-    return _BASE_RESOURCES
+    extra = [
+        r
+        for r, a in demand.items()
+        if a > 0 and r not in _BASE_RESOURCES and not is_port_resource(r)
+    ]
+    return (*_BASE_RESOURCES, *sorted(extra)) if extra else _BASE_RESOURCES
 
 
 def _size(demand: PodDemand) -> tuple[Amount, ...]:

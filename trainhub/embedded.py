@@ -17,6 +17,7 @@ from bus.memory import MemoryBus
 from bus.topics import Topics
 from dispatcher.hub import Hub, HubConfig
 from dispatcher.placement_config import PlacementConfig
+from schemas.cluster import ClusterPolicy
 from schemas.events import JobStatusUpdate
 from trainhub.producer import follow_status, submit_document
 from workers.backends.base import Backend, PodLogsUnavailable
@@ -74,6 +75,8 @@ def make_worker_backend(
             ),
         )
     spec = parse_cluster_spec(f"{cluster}:{capacity}")
+    if spec.policy != ClusterPolicy():
+        raise ValueError("--capacity: a worker's pods are allowed privileges by --allow NAME")
     logs = logs_dir or Path.home() / ".cache" / "trainhub" / "logs"
     options = EmbeddedOptions(clusters=[spec], backend=kind, logs_dir=logs_dir)
     return make_backend(spec, options, logs)
@@ -118,7 +121,7 @@ class Embedded:
         )
         if backends is None:
             backends = {s.name: make_backend(s, options, logs_root) for s in options.clusters}
-        labels = {s.name: s.labels for s in options.clusters}
+        specs = {s.name: s for s in options.clusters}
         self.workers = [
             Worker(
                 self.bus,
@@ -126,8 +129,9 @@ class Embedded:
                 WorkerConfig(
                     cluster=name,
                     heartbeat_interval=options.heartbeat_interval,
-                    labels=labels.get(name, {}),
+                    labels=specs[name].labels if name in specs else {},
                     namespaces=(namespaces or {}).get(name),
+                    policy=specs[name].policy if name in specs else ClusterPolicy(),
                 ),
                 self.topics,
                 registry=self.registry,

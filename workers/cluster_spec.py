@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from schemas.cluster import ClusterPolicy
 from schemas.names import DNS1123_LABEL
 from schemas.quantity import parse_quantity
 from workers.backends.node_pool import NodePool, PoolNode
@@ -19,6 +20,8 @@ class ClusterSpec:
     allocatable: dict[str, Decimal] = field(default_factory=dict)
     """Per node."""
     labels: dict[str, str] = field(default_factory=dict)
+    policy: ClusterPolicy = field(default_factory=ClusterPolicy)
+    """What its pods may ask of the nodes (`allow=hostNetwork`...)."""
 
     def pool(self) -> NodePool:
         return NodePool(
@@ -40,15 +43,17 @@ def check_cluster_name(name: str) -> None:
 
 
 def parse_cluster_spec(text: str) -> ClusterSpec:
-    """`NAME[:key=value,...]`; keys are resources (cpu, memory, gpu, pods, any extended name),
-    `nodes` (count, default 1; each node gets the resources), and `label.KEY=VALUE`."""
+    """`NAME[:key=value,...]`; keys are resources (cpu, memory, gpu, pods, any extended name;
+    none given: cpu=4,memory=8Gi), `nodes` (count, default 1; each node gets the resources),
+    `label.KEY=VALUE`, and `allow=PRIVILEGE` (privileged, hostPath, hostNetwork or hostPID;
+    repeatable), which the cluster's pods may then ask for."""
     name, _, rest = text.partition(":")
     if not name:
         raise ValueError(f"cluster spec {text!r} has no name")
     check_cluster_name(name)
     spec = ClusterSpec(name=name, allocatable={"cpu": Decimal(4), "memory": Decimal(8 * 2**30)})
-    if rest:
-        spec.allocatable = {}
+    sized = False  # the default size stands until a resource is given
+    allowed: list[str] = []
     for item in filter(None, rest.split(",")):
         key, sep, value = item.partition("=")
         if not sep:
@@ -59,7 +64,11 @@ def parse_cluster_spec(text: str) -> ClusterSpec:
             spec.nodes = int(value)
         elif key.startswith("label."):
             spec.labels[key.removeprefix("label.")] = value
+        elif key == "allow":
+            allowed.append(value)
         else:
+            if not sized:
+                spec.allocatable, sized = {}, True
             try:
                 amount = parse_quantity(value)
             except ValueError as exc:
@@ -67,7 +76,11 @@ def parse_cluster_spec(text: str) -> ClusterSpec:
             if amount < 0:
                 raise ValueError(f"cluster spec {text!r}: {key} cannot be negative ({value})")
             spec.allocatable[_ALIASES.get(key, key)] = amount
-    if rest and not {"cpu", "memory"} <= spec.allocatable.keys():
+    try:
+        spec.policy = ClusterPolicy.allowing(allowed)
+    except ValueError as exc:
+        raise ValueError(f"cluster spec {text!r}: {exc}") from exc
+    if sized and not {"cpu", "memory"} <= spec.allocatable.keys():
         missing = sorted({"cpu", "memory"} - spec.allocatable.keys())
         raise ValueError(
             f"cluster spec {text!r}: no {' or '.join(missing)} given (a misspelt key such as "

@@ -223,3 +223,23 @@ async def test_deleted_job_can_run_again_under_the_same_name(system: Embedded) -
         await asyncio.sleep(0.05)
     record = system.hub.ledger.get(uid)
     assert record is not None and (record.phase, record.attempt) == (JobPhase.SUCCEEDED, 2), phases
+
+
+async def test_host_network_jobs_run_where_allowed_one_pod_to_a_node() -> None:
+    options = _options(
+        "pods:cpu=8,memory=16Gi,nodes=4", "host:cpu=8,memory=16Gi,nodes=3,allow=hostNetwork"
+    )
+    async with Embedded(options) as running:
+        documents = []
+        for name, workers in (("on-host", 3), ("too-many", 4)):
+            document = jax_job(name, workers=workers, duration="0.3s")
+            document["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]["hostNetwork"] = True
+            documents.append(document)
+        uids = [await running.submit(d) for d in documents]
+        final = await running.wait_finished(uids, timeout=20)
+    placed = final[uids[0]]
+    assert placed.phase == JobPhase.SUCCEEDED and placed.cluster == "host"
+    refused = final[uids[1]]
+    assert refused.phase == JobPhase.REJECTED
+    assert "pods: pod security policy: hostNetwork is not allowed here" in (refused.message or "")
+    assert "room for 3 of 4 Worker pods" in (refused.message or "")

@@ -7,6 +7,7 @@ from decimal import Decimal
 import pytest
 from typer.testing import CliRunner
 
+from schemas.cluster import ClusterPolicy
 from trainhub.cli import app
 from workers.cluster_spec import parse_cluster_spec
 
@@ -23,6 +24,13 @@ def test_a_spec_gives_per_node_resources_labels_and_a_node_count() -> None:
     assert parse_cluster_spec("solo").allocatable["cpu"] == Decimal(4)  # the default size
 
 
+def test_a_spec_may_allow_privileges_and_keeps_the_default_size_without_resources() -> None:
+    spec = parse_cluster_spec("host:nodes=2,allow=hostNetwork,allow=hostPath,label.zone=a")
+    assert spec.policy == ClusterPolicy(allowHostNetwork=True, allowHostPath=True)
+    assert spec.nodes == 2 and spec.allocatable["cpu"] == Decimal(4)
+    assert parse_cluster_spec("plain:cpu=2,memory=1Gi").policy == ClusterPolicy()
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
@@ -34,6 +42,7 @@ def test_a_spec_gives_per_node_resources_labels_and_a_node_count() -> None:
         ("a:cpu", "'cpu' is not key=value"),
         (":cpu=4", "has no name"),
         ("a:cpu=x,memory=8Gi", "cluster spec 'a:cpu=x,memory=8Gi': cpu: not a quantity: 'x'"),
+        ("a:allow=hostIPC", "cluster spec 'a:allow=hostIPC': unknown pod privilege 'hostIPC'"),
     ],
 )
 def test_bad_specs_are_refused_with_the_reason(text: str, expected: str) -> None:
@@ -52,6 +61,10 @@ def test_bad_specs_are_refused_with_the_reason(text: str, expected: str) -> None
         (["worker", "--cluster", "a", "--label", "novalue"], "--label takes KEY=VALUE"),
         (["worker", "--cluster", "a", "--backend", "foo"], "unknown backend 'foo': kube, local"),
         (["up", "--exit-on-finish"], "name at least one file"),
+        (
+            ["worker", "--cluster", "a", "--backend", "sim", "--capacity", "allow=hostPID"],
+            "privileges by --allow NAME",
+        ),
     ],
 )
 def test_bad_cli_input_is_one_line_of_error_not_a_traceback(args: list[str], expected: str) -> None:
