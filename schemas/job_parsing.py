@@ -159,10 +159,3 @@ def read_text(path: Path) -> str:
             f"{path}: not UTF-8 text (byte {exc.start}): job files are YAML or JSON"
         ) from exc
 
-
-def load_job_file(path: Path) -> list[AnyJob]:
-    """Every job in a YAML/JSON file, validated."""
-    documents = load_documents(read_text(path), str(path))
-    if not documents:
-        raise JobInvalid(f"{path}: no job document found")
-    return [parse_job(doc) for doc in documents]
