@@ -288,7 +288,7 @@ class _TrainingJobBase(BaseModel):
         spec = self.replica_specs[rtype].template.spec
         host_network = (spec.model_extra or {}).get("hostNetwork") is True
         if not host_network and not any(
-            "hostPort" in (port.model_extra or {})
+            port.hostPort
             for container in [*spec.containers, *(spec.initContainers or ())]
             for port in container.ports or ()
         ):

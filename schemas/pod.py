@@ -35,7 +35,9 @@ class EnvVar(_Open):
 class ContainerPort(_Open):
     name: str | None = None
     containerPort: int = Field(strict=True, ge=1, le=65535)
-    protocol: str | None = None
+    hostPort: int | None = Field(default=None, strict=True, ge=0, le=65535)
+    """0 or absent: none (on the host network the apiserver makes it `containerPort`)."""
+    protocol: Literal["TCP", "UDP", "SCTP"] | None = None
 
     @field_validator("name")
     @classmethod
@@ -152,6 +154,21 @@ class PodSpec(_Open):
     nodeSelector: dict[str, str] | None = None
     tolerations: list[Toleration] | None = None
     affinity: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _host_network_ports(self) -> PodSpec:
+        """The apiserver's rule: on the host network a port is the host's, one number."""
+        if (self.model_extra or {}).get("hostNetwork") is not True:
+            return self
+        for container in [*(self.initContainers or ()), *self.containers]:
+            for port in container.ports or ():
+                if port.hostPort and port.hostPort != port.containerPort:
+                    raise ValueError(
+                        f"container {container.name!r}: hostPort must equal containerPort "
+                        f"when hostNetwork is true (got {port.hostPort} and "
+                        f"{port.containerPort})"
+                    )
+        return self
 
     @model_validator(mode="after")
     def _container_names_differ(self) -> PodSpec:

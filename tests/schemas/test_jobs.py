@@ -294,6 +294,15 @@ def test_pod_template_fields_the_apiserver_refuses_are_refused_at_submission() -
             lambda s: container(s).update(resources={"requests": {"BAD RESOURCE!": "1"}}),
             "not a resource name",
         ),
+        (
+            lambda s: (
+                s.update(hostNetwork=True),
+                container(s).update(ports=[{"containerPort": 80, "hostPort": 8080}]),
+            ),
+            "hostPort must equal containerPort when hostNetwork is true (got 8080 and 80)",
+        ),
+        (lambda s: container(s).update(ports=[{"containerPort": 1, "hostPort": -1}]), "hostPort"),
+        (lambda s: container(s).update(ports=[{"containerPort": 1, "protocol": "tcp"}]), "'TCP'"),
     ]
     for change, message in cases:
         with pytest.raises(JobInvalid, match=re.escape(message)):
@@ -302,7 +311,13 @@ def test_pod_template_fields_the_apiserver_refuses_are_refused_at_submission() -
     fine = job_with(
         lambda s: (
             container(s).update(env=[{"name": "1.weird-but:ok", "value": "1"}]),
-            s.update(tolerations=[{"operator": "Exists"}]),
+            s.update(tolerations=[{"operator": "Exists"}], hostNetwork=True),
+            container(s).update(
+                ports=[
+                    {"containerPort": 80, "hostPort": 80},
+                    {"containerPort": 53, "protocol": "UDP"},
+                ]
+            ),
         )
     )
     assert parse_job(fine).metadata.name == "pods"
