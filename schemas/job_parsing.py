@@ -158,4 +158,3 @@ def read_text(path: Path) -> str:
         raise JobInvalid(
             f"{path}: not UTF-8 text (byte {exc.start}): job files are YAML or JSON"
         ) from exc
-
