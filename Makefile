@@ -26,7 +26,7 @@ run: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(PACKAGES) tests examples bench
-	$(BIN)/mypy $(PACKAGES)
+	$(BIN)/mypy $(PACKAGES) tests examples bench
 
 test: lint native
 	$(BIN)/pytest -q

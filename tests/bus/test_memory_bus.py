@@ -26,10 +26,10 @@ async def test_order_is_kept_per_key_across_partitions() -> None:
     await sub.start()
     records = await sub.poll(timeout=0.1, max_records=1000)
     assert len(records) == 150
-    for key in (b"a", b"b", b"c"):
-        values = [r.value for r in records if r.key == key]
-        assert values == [key + str(i).encode() for i in range(50)]
-        assert len({r.partition for r in records if r.key == key}) == 1
+    for raw_key in (b"a", b"b", b"c"):
+        values = [r.value for r in records if r.key == raw_key]
+        assert values == [raw_key + str(i).encode() for i in range(50)]
+        assert len({r.partition for r in records if r.key == raw_key}) == 1
 
 
 async def test_uncommitted_records_are_redelivered_to_the_next_member() -> None:

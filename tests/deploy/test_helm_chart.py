@@ -378,7 +378,12 @@ def test_a_worker_s_empty_placement_settings_clear_the_defaults(helm: Path, tmp_
         "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}},
         "podAnnotations": {"team": "platform"},
     }
-    cleared = {"nodeSelector": {}, "tolerations": [], "affinity": {}, "podAnnotations": {}}
+    cleared: dict[str, Any] = {
+        "nodeSelector": {},
+        "tolerations": [],
+        "affinity": {},
+        "podAnnotations": {},
+    }
     own = {"nodeSelector": {"pool": "gpu"}}
     values.write_text(
         yaml.safe_dump(

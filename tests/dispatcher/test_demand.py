@@ -22,7 +22,9 @@ from tests.helpers import cluster, jax_job, node
 from workers.rendering import render_job
 
 
-def required(*expressions: dict[str, Any], fields: list[dict[str, Any]] | None = None) -> dict:
+def required(
+    *expressions: dict[str, Any], fields: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     term: dict[str, Any] = {"matchExpressions": list(expressions)}
     if fields:
         term["matchFields"] = fields
@@ -129,7 +131,7 @@ def test_terms_are_ored_and_expressions_anded_and_fields_name_the_node() -> None
         ),
     ],
 )
-def test_malformed_node_affinity_names_the_field(affinity: dict, complaint: str) -> None:
+def test_malformed_node_affinity_names_the_field(affinity: dict[str, Any], complaint: str) -> None:
     with pytest.raises(ValueError, match="affinity") as raised:
         parse_node_affinity(affinity, "spec.x.affinity.nodeAffinity")
     assert complaint in str(raised.value)

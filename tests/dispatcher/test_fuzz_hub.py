@@ -18,7 +18,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from bus.base import Record
 from bus.dead_letters import dead_letter_reason
@@ -482,7 +482,10 @@ def outcome_of(topic: str, headers: list[tuple[str, bytes]], body: bytes) -> tup
     except EventDecodeError:
         return "dead-letter", None
     if topic == "status":
-        model = {EventType.JOB_STATUS: JobStatusUpdate, EventType.JOB_HANDED_BACK: JobHandedBack}
+        model: dict[str, type[BaseModel]] = {
+            EventType.JOB_STATUS: JobStatusUpdate,
+            EventType.JOB_HANDED_BACK: JobHandedBack,
+        }
         if event.type in model:
             try:
                 event.data_as(model[event.type])

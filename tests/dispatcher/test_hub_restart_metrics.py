@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -22,7 +23,7 @@ from tests.helpers import cluster, jax_job, node, publish_heartbeat, until
 from trainhub.producer import submit_document
 
 
-def _hub(bus: MemoryBus, topics: Topics, registry: CollectorRegistry, **config: float) -> Hub:
+def _hub(bus: MemoryBus, topics: Topics, registry: CollectorRegistry, **config: Any) -> Hub:
     return Hub(bus, topics, HubConfig(schedule_interval=0.05, **config), registry=registry)
 
 

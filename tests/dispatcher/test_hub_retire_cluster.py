@@ -109,8 +109,10 @@ async def test_a_restarted_hub_moves_the_jobs_of_a_cluster_compaction_left_only_
     await second.start()
     await second.create_topics(topics.shared_specs())
     for topic in (topics.jobs, topics.status):
-        for record in first.records(topic):
-            await second.publish(topic, record.value or b"", key=record.key, headers=record.headers)
+        for message in first.records(topic):
+            await second.publish(
+                topic, message.value or b"", key=message.key, headers=message.headers
+            )
     await publish_heartbeat(second, topics, cluster("west", node("n1", cpu="8", memory="16Gi")))
     retired = ClusterRetired(name="east", reason="decommissioned")
     event = make_event(EventType.CLUSTER_RETIRED, "trainhub/cli", "east", retired)

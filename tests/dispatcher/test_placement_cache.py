@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dispatcher.amounts import Amount
 from dispatcher.demand import PodDemand, job_demand, packing_order
 from dispatcher.gang_fit import (
     FitResult,
@@ -37,20 +38,28 @@ from schemas.quantity import format_quantity
 
 GI = 2**30
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+T = TypeVar("T")
+
+
+class Draw(Protocol):
+    """What draws a value: a composite strategy's `draw` or a test's `data.draw` (which is
+    not a `st.DrawFn`: that protocol also asks for a `__signature__`)."""
+
+    def __call__(self, strategy: st.SearchStrategy[T], label: Any = None) -> T: ...
 
 
 # -- the plain algorithm, as a reference ----------------------------------------------------
 
 
-def _needs(demand: PodDemand, node: NodeRoom) -> dict[str, Decimal]:
+def _needs(demand: PodDemand, node: NodeRoom) -> dict[str, Amount]:
     needs = dict(demand.requests)
     if "pods" in node.free:
         needs["pods"] = needs.get("pods", Decimal(0)) + 1
     return needs
 
 
-def _room_after(node: NodeRoom, needs: dict[str, Decimal]) -> Decimal | None:
-    slack: Decimal | None = None
+def _room_after(node: NodeRoom, needs: dict[str, Amount]) -> Amount | None:
+    slack: Amount | None = None
     for resource, amount in needs.items():
         if amount <= 0:
             continue
@@ -88,7 +97,7 @@ def reference_gang_fit(nodes: list[NodeRoom], demands: list[PodDemand]) -> FitRe
     usage: Usage = {}
     for demand in packing_order(demands):
         for placed in range(demand.count):
-            best: tuple[Decimal, NodeRoom, dict[str, Decimal]] | None = None
+            best: tuple[Amount, NodeRoom, dict[str, Amount]] | None = None
             for room in rooms:
                 if admission_problem(room, demand) is not None:
                     continue
@@ -132,7 +141,7 @@ amounts = st.sampled_from([Decimal(0), Decimal("0.5"), Decimal(1), Decimal(2), D
 
 @st.composite
 def node_rooms(draw: st.DrawFn, index: int) -> NodeRoom:
-    free = {"cpu": draw(amounts), "memory": draw(amounts) * GI}
+    free: dict[str, Amount] = {"cpu": draw(amounts), "memory": draw(amounts) * GI}
     if draw(st.booleans()):
         free["pods"] = draw(st.sampled_from([Decimal(0), Decimal(1), Decimal(3), Decimal(110)]))
     if draw(st.booleans()):
@@ -208,7 +217,7 @@ def test_gang_fit_matches_the_plain_algorithm(gang: tuple[list[NodeRoom], list[P
 # -- cached decisions equal fresh ones ---------------------------------------------------------
 
 
-def _job(index: int, draw: st.DrawFn) -> dict[str, Any]:
+def _job(index: int, draw: Draw) -> dict[str, Any]:
     cpu = draw(st.sampled_from(["1", "2", "500m"]))
     spec: dict[str, Any] = {
         "containers": [
@@ -261,7 +270,7 @@ def _job(index: int, draw: st.DrawFn) -> dict[str, Any]:
 _held_ports = st.sampled_from([[], [], ["TCP/6666"], ["TCP/8080"], ["TCP/6666", "TCP/8080"]])
 
 
-def _snapshot(name: str, draw: st.DrawFn, sequence: int, at: datetime) -> ClusterSnapshot:
+def _snapshot(name: str, draw: Draw, sequence: int, at: datetime) -> ClusterSnapshot:
     nodes = []
     for i in range(draw(st.integers(1, 4))):
         cpu = draw(st.sampled_from([2, 4, 8]))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from dispatcher.placement_config import PlacementConfig
@@ -34,7 +36,7 @@ def test_defaults_and_a_full_mapping() -> None:
         ({"weights": {}}, "weights"),
     ],
 )
-def test_bad_settings_name_the_field(data: dict, complaint: str) -> None:
+def test_bad_settings_name_the_field(data: dict[str, Any], complaint: str) -> None:
     with pytest.raises(ValueError) as raised:
         PlacementConfig.from_dict(data)
     assert complaint in str(raised.value)

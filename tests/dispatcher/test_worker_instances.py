@@ -167,7 +167,13 @@ async def test_a_starting_hub_reports_only_the_conflicts_that_still_hold(
         await publish_heartbeat(
             bus, topics, cluster("east", free, instance="a", observedAt=datetime.now(UTC))
         )
-        await until(lambda: (c := hub.clusters.get("east")) is not None and c.observedAt > now)
+        await until(
+            lambda: (
+                (c := hub.clusters.get("east")) is not None
+                and c.observedAt is not None
+                and c.observedAt > now
+            )
+        )
         assert [r.getMessage() for r in caplog.records if "east" in r.getMessage()] == []
     finally:
         await hub.stop()

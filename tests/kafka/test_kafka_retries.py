@@ -51,7 +51,7 @@ class _FlakyProducer:
 
 def _bus(producer: _FlakyProducer, *, outage_timeout_s: float = 30.0) -> KafkaBus:
     bus = KafkaBus(KafkaSettings(bootstrap="127.0.0.1:9", outage_timeout_s=outage_timeout_s))
-    bus._producer = producer  # type: ignore[assignment]
+    bus._producer = producer
     bus._topics.add("t")
     return bus
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -73,8 +74,11 @@ def _final_phases(updates: list[JobStatusUpdate]) -> dict[str, JobPhase]:
 
 
 async def _wait_until(
-    settings: KafkaSettings, topics: Topics, check, timeout: float
-) -> list[JobStatusUpdate]:  # type: ignore[no-untyped-def]
+    settings: KafkaSettings,
+    topics: Topics,
+    check: Callable[[list[JobStatusUpdate]], bool],
+    timeout: float,
+) -> list[JobStatusUpdate]:
     deadline = time.monotonic() + timeout
     while True:
         updates = await _statuses(settings, topics)

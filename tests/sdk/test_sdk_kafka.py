@@ -207,9 +207,9 @@ def test_function_job_runs_waits_logs_and_deletes(deployment: Deployment) -> Non
         gone = deployment.cli("logs", "hello")
         assert gone.exit_code == 1
         assert "job default/hello is Deleted: its pods are gone" in gone.output, gone.output
-        listed = deployment.cli("get", "jobs", "-o", "json")
-        assert listed.exit_code == 0 and "hello" not in [
-            j["name"] for j in json.loads(listed.stdout)
+        remaining = deployment.cli("get", "jobs", "-o", "json")
+        assert remaining.exit_code == 0 and "hello" not in [
+            j["name"] for j in json.loads(remaining.stdout)
         ]
 
 
@@ -300,6 +300,7 @@ def test_the_blocking_clients_threads_callbacks_and_close(deployment: Deployment
     seen: list[tuple[str, list[str]]] = []
 
     def note(job: TrainHubJob) -> None:
+        assert job.name is not None
         seen.append((threading.current_thread().name, client.get_job_pod_names(job.name)))
 
     client.wait_for_job_conditions("slow", expected_conditions={"Running"}, callback=note)

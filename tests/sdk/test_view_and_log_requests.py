@@ -27,7 +27,7 @@ HUB = "trainhub/hub"
 
 
 def _update(phase: JobPhase, **fields: object) -> JobStatusUpdate:
-    return JobStatusUpdate(uid="u1", name="job", namespace="default", phase=phase, **fields)  # type: ignore[arg-type]
+    return JobStatusUpdate(uid="u1", name="job", namespace="default", phase=phase, **fields)
 
 
 def test_worker_updates_count_only_for_the_current_placement() -> None:
@@ -45,7 +45,7 @@ def test_worker_updates_count_only_for_the_current_placement() -> None:
         _update(JobPhase.FAILED, cluster="east", attempt=1, sequence=3), east, NOW
     )
     west = "trainhub/worker/west"
-    done = JobStatus(conditions=[{"type": "Succeeded", "status": "True"}])  # type: ignore[list-item]
+    done = JobStatus(conditions=[{"type": "Succeeded", "status": "True"}])
     assert view.apply(
         _update(JobPhase.SUCCEEDED, cluster="west", attempt=2, sequence=1, status=done), west, NOW
     )

@@ -19,7 +19,7 @@ SCRIPT = Path(__file__).with_name("rendezvous.py")
 
 def _rendezvous_job(name: str, exit_with: int | None = None) -> dict[str, object]:
     doc = jax_job(name, workers=2, cpu="500m", memory="256Mi")
-    container = doc["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]  # type: ignore[index]
+    container = doc["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     container["command"] = [sys.executable, str(SCRIPT)]
     if exit_with is not None:
         container["command"] = [sys.executable, "-c", f"import sys; sys.exit({exit_with})"]

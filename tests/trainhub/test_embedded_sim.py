@@ -45,8 +45,9 @@ async def test_one_job_goes_through_every_phase(system: Embedded) -> None:
         JobPhase.RUNNING,
         JobPhase.SUCCEEDED,
     ]
-    assert final[uid].status is not None
-    assert final[uid].status.replicaStatuses["Worker"].succeeded == 2
+    status = final[uid].status
+    assert status is not None
+    assert status.replicaStatuses["Worker"].succeeded == 2
     for _ in range(100):  # the hub reads the same status topic on its own schedule
         record = system.hub.ledger.get(uid)
         if record is not None and record.phase == JobPhase.SUCCEEDED:

@@ -47,7 +47,7 @@ async def test_a_sim_pod_created_again_and_again_waits_on_its_node() -> None:
     (pod,) = render_job(job).pods
 
     async def phases_within(seconds: float) -> list[str]:
-        seen = []
+        seen: list[str] = []
         with_deadline = asyncio.get_running_loop().time() + seconds
         while (left := with_deadline - asyncio.get_running_loop().time()) > 0:
             try:

@@ -16,7 +16,8 @@ async def _hold(locks: JobLocks, uid: str, log: list[str], seconds: float = 0.05
 
 
 async def test_different_jobs_overlap_and_one_job_waits_its_turn() -> None:
-    locks, log = JobLocks(), []
+    locks = JobLocks()
+    log: list[str] = []
     await asyncio.gather(_hold(locks, "a", log), _hold(locks, "b", log), _hold(locks, "a", log))
     assert log[:2] == ["+a", "+b"]
     assert log.index("-a") < log.index("+a", 1)  # the second "a" started after the first ended
@@ -26,7 +27,8 @@ async def test_different_jobs_overlap_and_one_job_waits_its_turn() -> None:
 async def test_a_pass_over_every_job_waits_for_the_work_in_hand_and_goes_before_later_work() -> (
     None
 ):
-    locks, log = JobLocks(), []
+    locks = JobLocks()
+    log: list[str] = []
     first = asyncio.create_task(_hold(locks, "a", log, 0.1))
     await asyncio.sleep(0.01)
 
@@ -44,7 +46,8 @@ async def test_a_pass_over_every_job_waits_for_the_work_in_hand_and_goes_before_
 
 
 async def test_cancelled_waiters_leave_nothing_behind() -> None:
-    locks, log = JobLocks(), []
+    locks = JobLocks()
+    log: list[str] = []
     holder = asyncio.create_task(_hold(locks, "a", log, 0.1))
     await asyncio.sleep(0.01)
     waiter = asyncio.create_task(_hold(locks, "a", log))

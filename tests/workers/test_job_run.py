@@ -10,7 +10,7 @@ import pytest
 from schemas.errors import JobInvalid
 from schemas.job_parsing import parse_job
 from schemas.status import JobPhase
-from tests.workers.job_documents import job_document, rendered, replica
+from tests.workers.job_documents import job_document, phase_of, rendered, replica
 from workers.backends.base import PodObservation, PodPhase
 from workers.job_run import Decision, JobRun
 
@@ -82,7 +82,7 @@ def test_created_running_succeeded_with_times_and_replica_statuses() -> None:
     clock.advance(5)
     done = see(run, "j-worker-1", "Succeeded", 0)
     assert done.finished and done.changed and done.delete == []  # cleanPodPolicy None
-    assert run.phase == JobPhase.SUCCEEDED
+    assert phase_of(run) == JobPhase.SUCCEEDED
     assert run.status.completionTime == clock.now
     assert conditions(run) == [
         ("Created", "True", "JAXJobCreated"),
@@ -383,7 +383,7 @@ def test_suspend_deletes_pods_and_resume_recreates_them_with_a_new_start_time() 
     assert run.deadline() == clock.now + timedelta(seconds=100)
     assert conditions(run)[-1] == ("Suspended", "False", "JAXJobResumed")
     assert run.status.conditions[-1].message == "JAXJob j is resumed."
-    assert run.phase == JobPhase.CREATED
+    assert phase_of(run) == JobPhase.CREATED
     # Every pod runs again, the one that had succeeded too.
     assert {p.phase for p in run.pods.values()} == {"Pending"}
     assert run.resume() == Decision()
@@ -438,7 +438,7 @@ def test_unschedulable_message_is_recorded_once_per_change_and_cleared_by_runnin
 
 
 def tf(policy: str | None = None) -> dict[str, Any]:
-    extra = {"successPolicy": policy} if policy is not None else {}
+    extra: dict[str, Any] = {"successPolicy": policy} if policy is not None else {}
     return job_document("TFJob", "t", {"PS": replica(1), "Worker": replica(3)}, **extra)
 
 
@@ -520,7 +520,7 @@ def test_tfjob_dynamic_workers_may_fail_and_the_chief_decides() -> None:
     assert run.phase == JobPhase.RUNNING
     assert run.status.replicaStatuses["Worker"].failed == 1
     assert see(run, "d-chief-0", "Succeeded", 0).finished
-    assert run.phase == JobPhase.SUCCEEDED
+    assert phase_of(run) == JobPhase.SUCCEEDED
     # Without the flag a failed worker fails the job, and the chief's failure always does.
     plain = make_run(job_document("TFJob", "p", {"Chief": replica(1), "Worker": replica(2)}))
     plain.start()
@@ -541,5 +541,5 @@ def test_an_always_pod_that_exits_zero_is_restarted_not_succeeded() -> None:
     assert run.phase == JobPhase.RESTARTING and run.restarts == 1
     see(run, "j-worker-0", "Running")
     second = see(run, "j-worker-0", "Succeeded", 0)
-    assert second.finished and run.phase == JobPhase.FAILED
+    assert second.finished and phase_of(run) == JobPhase.FAILED
     assert "backoff limit" in (run.status.conditions[-1].message or "")

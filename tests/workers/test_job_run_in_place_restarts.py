@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from schemas.status import JobPhase
-from tests.workers.job_documents import job_document, rendered, replica
+from tests.workers.job_documents import job_document, phase_of, rendered, replica
 from workers.backends.base import PodObservation, PodPhase
 from workers.job_run import Decision, JobRun
 
@@ -70,7 +70,7 @@ def test_each_in_place_restart_shows_restarting_then_running_again() -> None:
         # Nothing to delete or create: the kubelet restarts the container itself.
         assert backing_off.restart == backing_off.delete == backing_off.create == []
         assert backing_off.changed and backing_off.restarted_in_place == 1
-        assert run.phase == JobPhase.RESTARTING
+        assert phase_of(run) == JobPhase.RESTARTING
         assert latest(run) == (
             "Restarting",
             "PyTorchJobRestarting",
@@ -114,7 +114,7 @@ def test_restarts_of_every_pod_add_up() -> None:
     crash(run, "t-master-0", 1, code=0)  # under Always a clean exit restarts too
     assert run.phase == JobPhase.RUNNING and run.restarts == 1
     decision = see(run, "t-worker-0", "Running", restarts=1, restarting=True, code=1)
-    assert decision.finished and run.phase == JobPhase.FAILED and run.restarts == 2
+    assert decision.finished and phase_of(run) == JobPhase.FAILED and run.restarts == 2
 
 
 def test_several_restarts_seen_at_once_count_as_many() -> None:

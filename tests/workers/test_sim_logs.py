@@ -7,6 +7,7 @@ import asyncio
 
 from schemas.job_parsing import parse_job
 from tests.helpers import jax_job
+from workers.backends.base import PodPhase
 from workers.backends.sim import SimBackend
 from workers.cluster_spec import parse_cluster_spec
 from workers.rendering import render_job
@@ -19,7 +20,7 @@ async def test_a_sim_pods_log_is_appended_to() -> None:
         job = render_job(parse_job(jax_job("talk", workers=1, duration="0.3s", exit_code="2")))
         pod = job.pods[0]
         await backend.create_pod(job.job.uid, pod)
-        phases = []
+        phases: list[PodPhase] = []
         while not phases or phases[-1] != "Failed":
             observed = await asyncio.wait_for(backend.observations.get(), 10)
             phases.append(observed.phase)
