@@ -21,9 +21,13 @@ TRAINHUB_NATIVE=0 runs plain Python); the run prints which.
 (`python -m bench.placement_ab REV --instructions`): the clock that paces heartbeats and
 judges their age advances 1/R s per decision instead of following the CPU.
 
+`--host-port-share F` gives that share of the jobs a host port (one of three), so their
+pods go one to a node and placement works on its copies of the snapshots with room for
+ports (dispatcher/port_rooms.py); the fleet's heartbeats report the ports held per node.
+
 Usage: python -m bench.placement [--clusters 10,100,1000] [--nodes 50] [--jobs N]
 Writes bench/results/placement.json: [{"clusters", "nodes_per_cluster", "jobs",
-"decisions_per_s"}, ...].
+"decisions_per_s"[, "host_port_share"]}, ...].
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from dispatcher import native
 from dispatcher.gang_fit import Usage
 from dispatcher.placement import Placer, VersionedReservations
 from dispatcher.placement_config import PlacementConfig
+from dispatcher.port_rooms import is_port_resource, port_of
 from schemas.cluster import ClusterSnapshot, NodeSnapshot
 from schemas.job_parsing import parse_job
 from schemas.kubeflow import AnyJob
@@ -53,15 +58,25 @@ RESULTS = Path(__file__).parent / "results" / "placement.json"
 NODE = {"cpu": Decimal(64), "memory": Decimal(256 * 2**30), "pods": Decimal(110)}
 SIZES = (("2", "8Gi"), ("8", "32Gi"), ("1", "4Gi"), ("4", "16Gi"), ("16", "64Gi"))
 """Pod sizes (cpu, memory) of the job templates, t-shirt style."""
+HOST_PORTS = (7000, 7001, 7002)
+"""The host ports of the jobs that hold one (`--host-port-share`): one to a node each."""
 HEARTBEAT_INTERVAL = 10.0
 """Seconds between two heartbeats of a cluster (CPU seconds of this run)."""
 UTILISATION = 0.6
 """Jobs in flight at once, as a share of what the fleet could hold."""
 
 
-def job_document(index: int, rng: random.Random, sizes: int = 2) -> dict[str, Any]:
+def job_document(
+    index: int, rng: random.Random, sizes: int = 2, host_port_share: float = 0.0
+) -> dict[str, Any]:
     cpu, memory = rng.choice(SIZES[:sizes])
-    return jax_job(f"bench-{index}", rng.randint(2, 4), cpu, memory)
+    document = jax_job(f"bench-{index}", rng.randint(2, 4), cpu, memory)
+    # Drawn only when asked for, so the default mix stays the same job for job.
+    if host_port_share and rng.random() < host_port_share:
+        port = rng.choice(HOST_PORTS)
+        spec = document["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]
+        spec["containers"][0]["ports"] = [{"containerPort": port, "hostPort": port}]
+    return document
 
 
 class Fleet:
@@ -76,10 +91,14 @@ class Fleet:
 
     def heartbeat(self, cluster: str, observed_at: datetime | None = None) -> ClusterSnapshot:
         requested: dict[str, dict[str, Decimal]] = {}
+        ports: dict[str, list[str]] = {}
         for usage in self.running[cluster].values():
             for node, amounts in usage.items():
                 slot = requested.setdefault(node, {})
                 for resource, amount in amounts.items():
+                    if is_port_resource(resource):  # a port its pod holds, not an amount
+                        ports.setdefault(node, []).append(port_of(resource))
+                        continue
                     slot[resource] = slot.get(resource, Decimal(0)) + amount
         self.sequence += 1
         # model_construct: these values are known valid, and decoding is not what we measure.
@@ -90,6 +109,7 @@ class Fleet:
                 requested=requested.get(f"{cluster}-n{i}", {}),
                 labels={},
                 taints=[],
+                hostPorts=sorted(ports.get(f"{cluster}-n{i}", ())),
             )
             for i in range(self.nodes)
         ]
@@ -110,9 +130,10 @@ def run(
     heartbeat_interval: float = HEARTBEAT_INTERVAL,
     seed: int = 7,
     virtual_rate: float | None = None,
+    host_port_share: float = 0.0,
 ) -> dict[str, Any]:
     rng = random.Random(seed)
-    documents = [job_document(i, rng, sizes) for i in range(jobs)]
+    documents = [job_document(i, rng, sizes, host_port_share) for i in range(jobs)]
     parsed: list[tuple[AnyJob, str]] = [(job, job.uid) for job in map(parse_job, documents)]
     epoch = datetime.now(UTC)
     fleet = Fleet(clusters, nodes, epoch if virtual_rate else None)
@@ -169,12 +190,15 @@ def run(
         f"{1e6 / rate:.0f} us per decision)",
         flush=True,
     )
-    return {
+    result: dict[str, Any] = {
         "clusters": clusters,
         "nodes_per_cluster": nodes,
         "jobs": jobs,
         "decisions_per_s": round(rate, 1),
     }
+    if host_port_share:
+        result["host_port_share"] = host_port_share
+    return result
 
 
 def main() -> None:
@@ -197,6 +221,12 @@ def main() -> None:
         default=None,
         help="deterministic: the heartbeats' clock advances 1/R s per decision",
     )
+    parser.add_argument(
+        "--host-port-share",
+        type=float,
+        default=0.0,
+        help="share of jobs whose pods hold a host port (one of three), 0..1",
+    )
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
     print(f"placement: {'compiled' if native.active() else 'plain Python'}", flush=True)
@@ -211,6 +241,7 @@ def main() -> None:
                 args.sizes,
                 args.heartbeat_interval,
                 virtual_rate=args.virtual_rate,
+                host_port_share=args.host_port_share,
             )
         )
     args.output.parent.mkdir(parents=True, exist_ok=True)
