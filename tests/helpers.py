@@ -65,6 +65,23 @@ def jax_job(
     }
 
 
+def _worker_pod(document: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = document["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]
+    return spec
+
+
+def on_host_network(document: dict[str, Any]) -> dict[str, Any]:
+    """`jax_job`'s document with its pods on the host network (holding the JAX port, 6666)."""
+    _worker_pod(document)["hostNetwork"] = True
+    return document
+
+
+def with_host_port(document: dict[str, Any], port: int) -> dict[str, Any]:
+    """`jax_job`'s document with its pods holding host port `port`."""
+    _worker_pod(document)["containers"][0]["ports"] = [{"containerPort": port, "hostPort": port}]
+    return document
+
+
 def node(name: str, requested: dict[str, str] | None = None, **allocatable: str) -> NodeSnapshot:
     return NodeSnapshot(
         name=name,

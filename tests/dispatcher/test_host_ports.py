@@ -11,7 +11,7 @@ from dispatcher.reservation_versions import VersionedReservations
 from schemas.cluster import ClusterPolicy, ClusterSnapshot
 from schemas.host_ports import pod_host_ports
 from schemas.job_parsing import parse_job
-from tests.helpers import cluster, jax_job, node
+from tests.helpers import cluster, jax_job, node, on_host_network
 
 
 def test_a_port_is_held_where_it_has_a_host_port_or_the_pod_uses_the_host_network() -> None:
@@ -111,9 +111,7 @@ def test_a_node_whose_pods_hold_the_port_takes_none_of_the_job() -> None:
     # Another port, or another protocol, is no conflict.
     placement = plan_placement(job, [_hosts("four", 4, held={2: ["UDP/23456", "TCP/80"]})])
     assert placement.chosen == "four"
-    document = jax_job("alone", workers=1)
-    document["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]["hostNetwork"] = True
-    alone = parse_job(document)  # one pod, holding the JAX port
+    alone = parse_job(on_host_network(jax_job("alone", workers=1)))  # one pod, the JAX port
     placement = plan_placement(alone, [_hosts("one", 1, held={0: ["TCP/6666"]})])
     assert "host port TCP/6666 is taken on every node that admits it" in (
         placement.decision.clusters[0].reason or ""

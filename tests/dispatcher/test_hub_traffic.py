@@ -7,7 +7,6 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from bus.dead_letters import dead_letter_reason
 from bus.events import events_to_end, publish_event
@@ -21,7 +20,7 @@ from schemas.job_parsing import parse_job
 from schemas.kubeflow import AnyJob
 from schemas.run_policy import TRAINHUB_MANAGER
 from schemas.status import JobPhase, JobStatus
-from tests.helpers import cluster, jax_job, node, publish_heartbeat, until
+from tests.helpers import cluster, jax_job, node, publish_heartbeat, until, with_host_port
 from trainhub.producer import submit_document
 
 
@@ -161,12 +160,6 @@ async def test_running_before_the_heartbeat_does_not_free_the_capacity_twice() -
         await hub.stop()
 
 
-def _on_host_port(document: dict[str, Any], port: int) -> dict[str, Any]:
-    spec = document["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]
-    spec["containers"][0]["ports"] = [{"containerPort": port, "hostPort": port}]
-    return document
-
-
 async def test_a_restarted_hub_keeps_the_host_ports_a_placed_job_holds() -> None:
     bus = MemoryBus()
     await bus.start()
@@ -174,10 +167,9 @@ async def test_a_restarted_hub_keeps_the_host_ports_a_placed_job_holds() -> None
     first = Hub(bus, topics, HubConfig(schedule_interval=0.05))
     await first.start()
     snapshot = cluster("east", node("n1", cpu="4", memory="8Gi"), node("n2", cpu="4", memory="8Gi"))
-    heartbeat = make_event(EventType.CLUSTER_HEARTBEAT, "worker/east", "east", snapshot)
-    await publish_event(bus, topics.clusters, "east", heartbeat)
+    await publish_heartbeat(bus, topics, snapshot)
     # Two pods of 1 cpu holding port 7070: one on each node, though one node has room for both.
-    uid = await submit_document(bus, topics, _on_host_port(jax_job("held", cpu="1"), 7070))
+    uid = await submit_document(bus, topics, with_host_port(jax_job("held", cpu="1"), 7070))
     await until(lambda: first.ledger.count(JobPhase.ASSIGNED) == 1)
     await first.stop()
 
@@ -190,10 +182,10 @@ async def test_a_restarted_hub_keeps_the_host_ports_a_placed_job_holds() -> None
         # Both nodes' port 7070 is taken until the heartbeat shows the job: a pod wanting it
         # waits, with 6 cpu free; one on another port is placed.
         late = await submit_document(
-            bus, topics, _on_host_port(jax_job("late", workers=1, cpu="1"), 7070)
+            bus, topics, with_host_port(jax_job("late", workers=1, cpu="1"), 7070)
         )
         other = await submit_document(
-            bus, topics, _on_host_port(jax_job("other", workers=1, cpu="1"), 7071)
+            bus, topics, with_host_port(jax_job("other", workers=1, cpu="1"), 7071)
         )
         await until(lambda: second.ledger.count(JobPhase.ASSIGNED) == 2)
         assert second.ledger.get(other).phase == JobPhase.ASSIGNED  # type: ignore[union-attr]
@@ -210,8 +202,7 @@ async def test_a_restarted_hub_keeps_the_reservation_of_a_job_no_heartbeat_count
     first = Hub(bus, topics, HubConfig(schedule_interval=0.05))
     await first.start()
     snapshot = cluster("east", node("n1", cpu="4", memory="8Gi"))
-    heartbeat = make_event(EventType.CLUSTER_HEARTBEAT, "worker/east", "east", snapshot)
-    await publish_event(bus, topics.clusters, "east", heartbeat)
+    await publish_heartbeat(bus, topics, snapshot)
     uid = await submit_document(bus, topics, jax_job("held", workers=2, cpu="2"))
     await until(lambda: first.ledger.count(JobPhase.ASSIGNED) == 1)
     running = JobStatusUpdate(

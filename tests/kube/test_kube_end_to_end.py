@@ -16,7 +16,7 @@ from bus.topics import Topics
 from dispatcher.hub import Hub, HubConfig
 from schemas.events import JobStatusUpdate
 from schemas.status import JobPhase
-from tests.helpers import jax_job
+from tests.helpers import jax_job, with_host_port
 from tests.kube.sandbox_access import job_objects, worker_backend
 from trainhub.producer import follow_status, submit_document
 from trainhub.sandbox.kube_cluster import KubeSandbox
@@ -115,19 +115,13 @@ async def test_jobs_run_on_real_pods_of_the_cluster_the_hub_chose(
                 await worker.backend.delete_job(uid)
 
 
-def _holding_port(document: dict[str, object], port: int) -> dict[str, object]:
-    spec = document["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]  # type: ignore[index]
-    spec["containers"][0]["ports"] = [{"containerPort": port, "hostPort": port}]
-    return document
-
-
 async def test_pods_holding_a_host_port_go_one_to_a_node_as_kube_scheduler_binds_them(
     system: System, kube_sandbox: KubeSandbox
 ) -> None:
     # Every cluster here has two nodes, each with room for several of these pods but, as
     # kube-scheduler sees it, for one holder of host port 7070.
-    pair = _holding_port(jax_job("e2e-port-pair", workers=2, cpu="500m", duration="2s"), 7070)
-    three = _holding_port(jax_job("e2e-port-three", workers=3, cpu="500m", duration="1s"), 7070)
+    pair = with_host_port(jax_job("e2e-port-pair", workers=2, cpu="500m", duration="2s"), 7070)
+    three = with_host_port(jax_job("e2e-port-three", workers=3, cpu="500m", duration="1s"), 7070)
     uids = [await submit_document(system.bus, system.topics, doc) for doc in (pair, three)]
     try:
         async with asyncio.timeout(90):

@@ -12,7 +12,7 @@ import pytest
 from bus.dead_letters import dead_letter_reason
 from bus.memory import MemoryBus
 from schemas.status import JobPhase
-from tests.helpers import jax_job
+from tests.helpers import jax_job, on_host_network
 from trainhub.embedded import Embedded, EmbeddedOptions
 from workers.cluster_spec import parse_cluster_spec
 
@@ -231,11 +231,10 @@ async def test_host_network_jobs_run_where_allowed_one_pod_to_a_node() -> None:
         "pods:cpu=8,memory=16Gi,nodes=4", "host:cpu=8,memory=16Gi,nodes=3,allow=hostNetwork"
     )
     async with Embedded(options) as running:
-        documents = []
-        for name, workers in (("on-host", 3), ("too-many", 4)):
-            document = jax_job(name, workers=workers, duration="0.3s")
-            document["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]["hostNetwork"] = True
-            documents.append(document)
+        documents = [
+            on_host_network(jax_job(name, workers=workers, duration="0.3s"))
+            for name, workers in (("on-host", 3), ("too-many", 4))
+        ]
         uids = [await running.submit(d) for d in documents]
         final = await running.wait_finished(uids, timeout=20)
     placed = final[uids[0]]

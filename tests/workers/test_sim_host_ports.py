@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from schemas.job_parsing import parse_job
-from tests.helpers import jax_job
+from tests.helpers import jax_job, on_host_network
 from workers.backends.base import PodObservation
 from workers.backends.sim import SimBackend
 from workers.cluster_spec import parse_cluster_spec
@@ -16,9 +16,9 @@ async def test_pods_holding_one_host_port_take_a_node_each() -> None:
     backend = SimBackend(parse_cluster_spec("sim:cpu=8,memory=16Gi,nodes=2").pool())
     await backend.start()
     try:
-        document = jax_job("hosted", workers=3, duration="30s")
-        document["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]["hostNetwork"] = True
-        rendered = render_job(parse_job(document))
+        rendered = render_job(
+            parse_job(on_host_network(jax_job("hosted", workers=3, duration="30s")))
+        )
         for pod in rendered.pods:
             await backend.create_pod(rendered.job.uid, pod)
         seen: dict[str, PodObservation] = {}
