@@ -59,6 +59,8 @@ from schemas.status import (
 
 log = logging.getLogger(__name__)
 
+_WAITING = "WaitingForCapacity"
+_WAITING_FOR_QUEUE = "WaitingForQueue"
 # Phases in which a cluster is (or may soon be) running the job's pods.
 _PLACED = (
     JobPhase.ASSIGNED,
@@ -856,8 +858,7 @@ class Hub:
         for record, held in self.turns.order(queued, in_flight):
             assert record.job is not None
             if held is not None:
-                if held != record.message:
-                    await self._publish_status(record, reason="WaitingForQueue", message=held)
+                await self._note_waiting(record, held, _WAITING_FOR_QUEUE)
                 continue
             excluded = record.avoided()
             shape = (self.placer.shape_key(record.job), excluded)
@@ -890,21 +891,22 @@ class Hub:
         )
         return placed
 
-    async def _note_waiting(self, record: JobRecord, reasons: str) -> None:
+    async def _note_waiting(self, record: JobRecord, reasons: str, why: str = _WAITING) -> None:
         """The first reason a job waits goes out at once; a changed one only once the last
         has stood for `waiting_status_interval` (passes run at least every second, so the
-        newest reason is published at most that interval plus a pass late)."""
+        newest reason is published at most that interval plus a pass late). `why`: waiting
+        for capacity, or for its queue's turn (whose counts move with every pass too)."""
         reasons = reasons or "no cluster has reported capacity yet"
         if reasons == record.message:
             return
         now = time.monotonic()
         if (
-            record.reason == _WAITING
+            record.reason == why
             and now - record.waiting_noted_at < self.config.waiting_status_interval
         ):
             return
         record.waiting_noted_at = now
-        await self._publish_status(record, reason=_WAITING, message=reasons)
+        await self._publish_status(record, reason=why, message=reasons)
 
     async def _assign(self, record: JobRecord, placement: Placement) -> None:
         assert record.job is not None and placement.chosen is not None
@@ -1006,7 +1008,6 @@ class Hub:
         )
 
 
-_WAITING = "WaitingForCapacity"
 REDISPATCHED = "Redispatched"
 """The reason of the status that takes a job from its cluster (lost, or handed back)."""
 _HUB_OWNED = frozenset({JobPhase.QUEUED, JobPhase.SUSPENDED, JobPhase.ASSIGNED})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 from collections.abc import AsyncIterator, Callable
@@ -15,6 +16,7 @@ from bus.topics import Topics
 from dispatcher.hub import Hub, HubConfig
 from dispatcher.ledger import JobRecord, Ledger
 from dispatcher.placement import Placement
+from dispatcher.placement_config import PlacementConfig
 from schemas.events import EventType, JobAssigned, JobStatusUpdate, JobSubmitted, make_event
 from schemas.job_parsing import parse_job
 from schemas.kubeflow import AnyJob
@@ -580,3 +582,35 @@ async def test_malformed_constraints_are_rejected_at_once_not_as_a_misfit() -> N
 
 def _says(reason_now: Callable[[str], str], uid: str, text: str) -> bool:
     return text in reason_now(uid)
+
+
+async def test_jobs_a_queue_holds_back_are_not_republished_at_every_pass() -> None:
+    """A held job's reason counts the queue's jobs in flight and offered in the pass, which
+    move at every pass: like a job waiting for capacity, it is published at once, and a
+    changed reason only after the interval."""
+    placement = PlacementConfig.from_dict({"queue_limits": {"qa": 1}})
+    config = HubConfig(schedule_interval=0.02, placement=placement, waiting_status_interval=3600)
+    bus = MemoryBus()
+    await bus.start()
+    topics = Topics(prefix="held")
+    hub = Hub(bus, topics, config)
+    await hub.start()
+    try:
+        await publish_heartbeat(bus, topics, cluster("east", node("n1", cpu="64", memory="256Gi")))
+        uids = []
+        for index in range(6):
+            doc = jax_job(f"held-{index}", workers=1)
+            doc["spec"]["runPolicy"]["schedulingPolicy"] = {"queue": "qa"}
+            uids.append(await submit_document(bus, topics, doc))
+        await until(lambda: hub.ledger.count(JobPhase.ASSIGNED) == 1)
+        await asyncio.sleep(0.5)  # some 25 passes
+        await bus.flush()
+        held = [
+            u
+            async for e in events_to_end(bus, topics.status)
+            if (u := e.data_as(JobStatusUpdate)).reason == "WaitingForQueue"
+        ]
+        assert len({u.uid for u in held}) == 5
+        assert len(held) == 5, [u.message for u in held]
+    finally:
+        await hub.stop()
