@@ -883,7 +883,7 @@ class Hub:
                     message=f"the job fits no registered cluster: {reasons}",
                 )
             else:
-                await self._note_waiting(record, reasons)
+                await self._note_waiting(record, reasons, _WAITING)
         # The queued jobs now, not those the pass began with: a job admitted while the pass
         # awaited its sends was read on admission, and dropping that would read it again.
         self.placer.retain(
@@ -891,7 +891,7 @@ class Hub:
         )
         return placed
 
-    async def _note_waiting(self, record: JobRecord, reasons: str, why: str = _WAITING) -> None:
+    async def _note_waiting(self, record: JobRecord, reasons: str, why: str) -> None:
         """The first reason a job waits goes out at once; a changed one only once the last
         has stood for `waiting_status_interval` (passes run at least every second, so the
         newest reason is published at most that interval plus a pass late). `why`: waiting

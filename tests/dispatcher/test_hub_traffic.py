@@ -541,10 +541,10 @@ async def test_a_job_admitted_during_a_pass_keeps_what_the_placer_read_on_admiss
         arriving = parse_job(jax_job("arriving", workers=1))
         note_waiting = hub._note_waiting
 
-        async def admit_meanwhile(record: JobRecord, reasons: str) -> None:
+        async def admit_meanwhile(record: JobRecord, reasons: str, why: str) -> None:
             if hub.ledger.get(arriving.uid) is None:
                 await hub._admit(arriving, "submission-of-arriving")
-            await note_waiting(record, reasons)
+            await note_waiting(record, reasons, why)
 
         hub._note_waiting = admit_meanwhile  # type: ignore[method-assign]
         await hub.schedule_pending()  # no cluster: both wait
