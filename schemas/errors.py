@@ -31,6 +31,8 @@ def describe_validation_error(exc: ValidationError, prefix: str = "") -> str:
         message = err["msg"].removeprefix("Value error, ")
         if err["type"] in {"missing"}:
             lines.append(f"{path}: field required")
+        elif "(got " in message:  # our own checks name the value they refuse
+            lines.append(f"{path}: {message}")
         else:
             lines.append(f"{path}: {message} (got {_short(err.get('input'))})")
     return "; ".join(lines)

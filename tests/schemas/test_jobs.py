@@ -407,3 +407,15 @@ def test_resources_the_apiserver_would_refuse_are_refused_at_submission() -> Non
         {"requests": {"hugepages-2Mi": "1.5Gi"}, "limits": {"hugepages-2Mi": "1.5Gi"}},
     ):
         parse_job(with_resources(resources))
+
+
+def test_a_refused_value_is_named_once() -> None:
+    job = jax_job("named", workers=1)
+    container = job["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    container["env"] = [{"name": "A=B", "value": "1"}]
+    with pytest.raises(JobInvalid) as refused:
+        parse_job(job)
+    assert str(refused.value).count("(got ") == 1, str(refused.value)
+    container["env"] = [{"name": 7, "value": "1"}]  # pydantic's own message: the value added
+    with pytest.raises(JobInvalid, match=r"\(got 7\)"):
+        parse_job(job)
