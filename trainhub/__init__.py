@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from bus.base import BusError
     from trainhub.sdk import AsyncTrainHubClient, TrainHubClient
     from trainhub.sdk_errors import (
         ClientClosedError,
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from trainhub.sdk_view import TrainHubJob
 
 _HOMES = {
+    "BusError": "bus.base",
     "AsyncTrainHubClient": "trainhub.sdk",
     "TrainHubClient": "trainhub.sdk",
     "ClientClosedError": "trainhub.sdk_errors",
@@ -54,6 +56,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AsyncTrainHubClient",
+    "BusError",
     "ClientClosedError",
     "JobExistsError",
     "JobFailedError",

@@ -35,6 +35,7 @@ from schemas.cluster import ClusterSnapshot
 from schemas.events import EventType, LogsChunk, LogsRequested
 from schemas.job_parsing import load_documents, parse_job, read_text
 from schemas.kubeflow import JOB_CLASSES, derive_job_uid
+from schemas.names import DNS1123_LABEL
 from schemas.run_policy import TRAINHUB_MANAGER
 from schemas.status import INVALID, ConditionType, JobCondition, JobPhase
 from trainhub.bus_factory import make_bus
@@ -116,6 +117,12 @@ class AsyncTrainHubClient:
             )
         elif bootstrap or topic_prefix or config or overrides:
             raise ValueError("pass either settings or individual settings, not both")
+        if (
+            not isinstance(namespace, str)
+            or len(namespace) > 63
+            or not DNS1123_LABEL.match(namespace)
+        ):
+            raise ValueError(f"namespace: {namespace!r} is not a DNS-1123 label")
         self.settings = settings
         self.topics = settings.topics()
         self.namespace = namespace
@@ -457,7 +464,7 @@ class AsyncTrainHubClient:
         every change; `polling_interval` bounds the wait between two looks at it."""
         if isinstance(expected_conditions, str):
             expected_conditions = {expected_conditions}  # one condition, not its letters
-        if not isinstance(timeout, int | float) or math.isnan(timeout):
+        if not isinstance(timeout, int | float) or math.isnan(timeout) or timeout < 0:
             raise ValueError(f"timeout: seconds to wait (got {timeout!r})")
         expected = set(expected_conditions or ())
         unknown = expected - _CONDITIONS

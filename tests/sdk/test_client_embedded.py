@@ -140,6 +140,15 @@ async def test_failure_timeout_suspend_and_resume(
     await client.wait_for_job_conditions("long", expected_conditions={"Running"}, timeout=20)
     with pytest.raises(ValueError, match="expected_conditions"):
         await client.wait_for_job_conditions("long", expected_conditions={"Done"})
+    with pytest.raises(ValueError, match="timeout: seconds to wait"):
+        await client.wait_for_job_conditions("long", timeout=-1)
+
+
+def test_a_client_for_a_namespace_that_cannot_exist_is_refused() -> None:
+    for bad in ("Bad_NS", "", "x" * 64):
+        with pytest.raises(ValueError, match="namespace: .* is not a DNS-1123 label"):
+            AsyncTrainHubClient(bootstrap="127.0.0.1:1", namespace=bad)
+    assert AsyncTrainHubClient(bootstrap="127.0.0.1:1", namespace="team-a").namespace == "team-a"
 
 
 async def test_stream_resumes_exactly_after_the_positions_kept(
