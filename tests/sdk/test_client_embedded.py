@@ -146,7 +146,7 @@ async def test_failure_timeout_suspend_and_resume(
 
 def test_a_client_for_a_namespace_that_cannot_exist_is_refused() -> None:
     for bad in ("Bad_NS", "", "x" * 64):
-        with pytest.raises(ValueError, match="namespace: .* is not a DNS-1123 label"):
+        with pytest.raises(ValueError, match=r"namespace: .* is not a DNS-1123 label"):
             AsyncTrainHubClient(bootstrap="127.0.0.1:1", namespace=bad)
     assert AsyncTrainHubClient(bootstrap="127.0.0.1:1", namespace="team-a").namespace == "team-a"
 
