@@ -25,6 +25,7 @@ from dispatcher.amounts import Amount, compact_all
 from dispatcher.pod_policy import PrivilegeRequest, requested_privileges
 from dispatcher.port_rooms import is_port_resource, port_resource
 from schemas.kubeflow import AnyJob
+from schemas.names import LABEL_KEY_PATTERN, LABEL_VALUE_PATTERN
 from schemas.pod import Toleration
 
 CLUSTER_SELECTOR = "trainhub.io/cluster-selector"
@@ -456,8 +457,8 @@ def _requirement(raw: object, path: str, *, fields: bool) -> LabelRequirement:
 
 # -- cluster label selectors (job annotations) -----------------------------------------------
 
-_KEY = r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?"
-_VALUE = r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)?"
+_KEY = LABEL_KEY_PATTERN
+_VALUE = LABEL_VALUE_PATTERN
 _EQUALITY = re.compile(rf"^\s*(?P<key>{_KEY})\s*(?P<op>==|=|!=)\s*(?P<value>{_VALUE})\s*$")
 _SET = re.compile(rf"^\s*(?P<key>{_KEY})\s+(?P<op>in|notin)\s*\((?P<values>[^()]*)\)\s*$")
 _EXISTS = re.compile(rf"^\s*(?P<not>!?)\s*(?P<key>{_KEY})\s*$")

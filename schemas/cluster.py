@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from schemas.host_ports import PROTOCOL, port_key
 from schemas.names import DNS1123_LABEL_PATTERN
 from schemas.quantity import ResourceList
 
@@ -29,12 +30,23 @@ class NodeSnapshot(BaseModel):
     requested: ResourceList = Field(default_factory=dict)
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
-    hostPorts: list[Annotated[str, Field(pattern=r"^[A-Z0-9]{1,16}/[0-9]{1,5}$")]] = Field(
+    hostPorts: list[str] = Field(
         default_factory=list,
         max_length=4096,
         description="Host ports its pods hold, PROTOCOL/PORT (schemas/host_ports.py): a pod "
         "holding one of them does not fit here.",
     )
+
+    @field_validator("hostPorts")
+    @classmethod
+    def _ports(cls, ports: list[str]) -> list[str]:
+        checked = []
+        for port in ports:
+            protocol, _, number = port.partition("/")
+            if not (PROTOCOL.fullmatch(protocol) and number.isdigit() and 0 < int(number) < 65536):
+                raise ValueError(f"{port!r} is not PROTOCOL/PORT, as TCP/23456 (ports 1-65535)")
+            checked.append(port_key(protocol, int(number)))
+        return checked
 
     def free(self, resource: str) -> Decimal:
         """Free amount of a resource; a resource missing from `requested` counts as zero."""
@@ -137,3 +149,18 @@ class ClustersFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     clusters: list[ClusterSnapshot]
+
+    @model_validator(mode="after")
+    def _names_differ(self) -> ClustersFile:
+        _once("clusters", [c.name for c in self.clusters])
+        for index, snapshot in enumerate(self.clusters):
+            _once(f"clusters[{index}].nodes", [n.name for n in snapshot.nodes])
+        return self
+
+
+def _once(where: str, names: list[str]) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"{where}: the name {name!r} is given twice")
+        seen.add(name)

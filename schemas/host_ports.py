@@ -18,13 +18,14 @@ from typing import Any
 DEFAULT_PROTOCOL = "TCP"
 
 
-_PROTOCOL = re.compile(r"[A-Za-z0-9]{1,16}")
+PROTOCOL = re.compile(r"[A-Za-z0-9]{1,16}")
+"""What a protocol in a port key may be written as (upper-cased in the key)."""
 
 
 def port_key(protocol: object, port: int) -> str:
     # The apiserver takes TCP, UDP and SCTP; anything else here is a document it would
     # refuse, so keeping it apart from TCP matters less than writing a valid key.
-    name = protocol if isinstance(protocol, str) and _PROTOCOL.fullmatch(protocol) else None
+    name = protocol if isinstance(protocol, str) and PROTOCOL.fullmatch(protocol) else None
     return f"{(name or DEFAULT_PROTOCOL).upper()}/{port}"
 
 

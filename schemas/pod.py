@@ -67,13 +67,13 @@ class ResourceRequirements(_Open):
         a whole number and cannot be overcommitted, so its request needs an equal limit."""
         requests, limits = self.requests or {}, self.limits or {}
         for name, amount in {**limits, **requests}.items():
-            if _extended(name) and amount != amount.to_integral_value():
+            if is_extended_resource(name) and amount != amount.to_integral_value():
                 raise ValueError(f"{name}: an extended resource is a whole number (got {amount})")
         for name, amount in requests.items():
             limit = limits.get(name)
             if limit is not None and amount > limit:
                 raise ValueError(f"requests.{name} ({amount}) is more than limits.{name} ({limit})")
-            if _extended(name) and limit != amount:
+            if is_extended_resource(name) and limit != amount:
                 raise ValueError(
                     f"requests.{name}: an extended resource needs limits.{name} equal to its "
                     f"request (got {'none' if limit is None else limit}): it cannot be "
@@ -82,7 +82,7 @@ class ResourceRequirements(_Open):
         return self
 
 
-def _extended(name: str) -> bool:
+def is_extended_resource(name: str) -> bool:
     """Not one of Kubernetes' own resources (cpu, memory, hugepages-*, kubernetes.io/...)."""
     return "/" in name and not name.startswith(("kubernetes.io/", "requests."))
 

@@ -33,7 +33,7 @@ from schemas.job_parsing import (
     read_text,
 )
 from schemas.kubeflow import derive_job_uid
-from schemas.names import DNS1123_LABEL
+from schemas.names import DNS1123_LABEL, label_problem
 from schemas.status import ALREADY_EXISTS, JobPhase
 from trainhub import member_rbac
 from trainhub.bus_factory import make_bus
@@ -170,8 +170,15 @@ def plan(
     found = read_job_files(job_files)
     try:
         documents = load_documents(read_text(clusters), str(clusters))
-        if len(documents) != 1:
-            raise ContractError(f"{clusters}: expected one document with a `clusters` list")
+        if (
+            len(documents) != 1
+            or not isinstance(documents[0], dict)
+            or "clusters" not in documents[0]
+        ):
+            raise ContractError(
+                f"{clusters}: expected one mapping with a `clusters` list "
+                "({clusters: [{name: ..., nodes: [...]}, ...]})"
+            )
         snapshots = ClustersFile.model_validate(documents[0]).clusters
     except ValidationError as exc:
         raise fail(f"{clusters}: {describe_validation_error(exc)}") from None
@@ -617,6 +624,9 @@ def worker(
         if malformed:
             raise ValueError(f"--label takes KEY=VALUE (got {', '.join(map(repr, malformed))})")
         labels = dict(item.split("=", 1) for item in label or [])
+        wrong = [p for k, v in labels.items() if (p := label_problem(k, v)) is not None]
+        if wrong:
+            raise ValueError(f"--label: {wrong[0]}")
         chosen = make_worker_backend(
             backend,
             cluster,

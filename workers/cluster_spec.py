@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from schemas.cluster import ClusterPolicy
-from schemas.names import DNS1123_LABEL
+from schemas.names import DNS1123_LABEL, label_problem
+from schemas.pod import is_extended_resource
 from schemas.quantity import parse_quantity
 from workers.backends.node_pool import NodePool, PoolNode
 
@@ -54,15 +55,22 @@ def parse_cluster_spec(text: str) -> ClusterSpec:
     spec = ClusterSpec(name=name, allocatable={"cpu": Decimal(4), "memory": Decimal(8 * 2**30)})
     sized = False  # the default size stands until a resource is given
     allowed: list[str] = []
+    given: set[str] = set()
     for item in filter(None, rest.split(",")):
         key, sep, value = item.partition("=")
         if not sep:
             raise ValueError(f"cluster spec {text!r}: {item!r} is not key=value")
+        if key in given and key != "allow":
+            raise ValueError(f"cluster spec {text!r}: {key} is given twice")
+        given.add(key)
         if key == "nodes":
             if not value.isdigit() or int(value) < 1:
                 raise ValueError(f"cluster spec {text!r}: nodes must be a count of at least 1")
             spec.nodes = int(value)
         elif key.startswith("label."):
+            problem = label_problem(key.removeprefix("label."), value)
+            if problem is not None:
+                raise ValueError(f"cluster spec {text!r}: {problem}")
             spec.labels[key.removeprefix("label.")] = value
         elif key == "allow":
             allowed.append(value)
@@ -75,7 +83,13 @@ def parse_cluster_spec(text: str) -> ClusterSpec:
                 raise ValueError(f"cluster spec {text!r}: {key}: {exc}") from exc
             if amount < 0:
                 raise ValueError(f"cluster spec {text!r}: {key} cannot be negative ({value})")
-            spec.allocatable[_ALIASES.get(key, key)] = amount
+            resource = _ALIASES.get(key, key)
+            if is_extended_resource(resource) and amount != amount.to_integral_value():
+                raise ValueError(
+                    f"cluster spec {text!r}: {key}: an extended resource is a whole number "
+                    f"(got {value})"
+                )
+            spec.allocatable[resource] = amount
     try:
         spec.policy = ClusterPolicy.allowing(allowed)
     except ValueError as exc:

@@ -179,3 +179,25 @@ def test_jobs_the_hub_would_not_place_say_why(tmp_path: Path) -> None:
     assert "the hub leaves this job alone" in planned["default/other"]["held"]
     assert planned["default/held"]["chosen"] is None
     assert "holds it until it is resumed" in planned["default/held"]["held"]
+
+
+def test_a_clusters_file_that_says_two_things_at_once_is_refused(tmp_path: Path) -> None:
+    job = write(tmp_path / "job.yaml", jax_job("j", workers=1))
+    twice = {"clusters": [snapshot("a", "4", "8Gi"), snapshot("a", "8", "8Gi")]}
+    two_nodes = snapshot("b", "4", "8Gi")
+    two_nodes["nodes"] *= 2
+    listed = [snapshot("c", "4", "8Gi")]  # the list without its `clusters:` mapping
+    ports = snapshot("d", "4", "8Gi")
+    ports["nodes"][0]["hostPorts"] = ["TCP/99999"]
+    cases: list[tuple[Any, str]] = [
+        (twice, "clusters: the name 'a' is given twice"),
+        ({"clusters": [two_nodes]}, "clusters[0].nodes: the name 'b-0' is given twice"),
+        (listed, "expected one mapping with a `clusters` list"),
+        ({"clusters": [ports]}, "'TCP/99999' is not PROTOCOL/PORT"),
+    ]
+    for index, (content, message) in enumerate(cases):
+        path = tmp_path / f"clusters-{index}.yaml"
+        path.write_text(yaml.safe_dump(content))
+        result = trainhub("plan", str(job), "--clusters", str(path))
+        assert result.returncode == 1, (message, result.stdout)
+        assert message in result.stderr, result.stderr

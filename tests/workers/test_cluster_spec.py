@@ -43,6 +43,11 @@ def test_a_spec_may_allow_privileges_and_keeps_the_default_size_without_resource
         (":cpu=4", "has no name"),
         ("a:cpu=x,memory=8Gi", "cluster spec 'a:cpu=x,memory=8Gi': cpu: not a quantity: 'x'"),
         ("a:allow=hostIPC", "cluster spec 'a:allow=hostIPC': unknown pod privilege 'hostIPC'"),
+        ("a:cpu=4,memory=8Gi,cpu=2", "cpu is given twice"),
+        ("a:cpu=4,memory=8Gi,gpu=1.5", "gpu: an extended resource is a whole number (got 1.5)"),
+        ("a:label.=x", "label key '' is not a Kubernetes label key"),
+        ("a:label.k/x/y=z", "label key 'k/x/y' is not a Kubernetes label key"),
+        ("a:label.k=v=w", "label value 'v=w' of k is not a Kubernetes label value"),
     ],
 )
 def test_bad_specs_are_refused_with_the_reason(text: str, expected: str) -> None:
@@ -59,6 +64,7 @@ def test_bad_specs_are_refused_with_the_reason(text: str, expected: str) -> None
         (["up", "--cluster", "a:cpu=4,mem=8Gi"], "no memory given"),
         (["worker", "--cluster", "X_Y", "--backend", "sim"], "is not a DNS-1123 label"),
         (["worker", "--cluster", "a", "--label", "novalue"], "--label takes KEY=VALUE"),
+        (["worker", "--cluster", "a", "--label", "zone=eu west"], "is not a Kubernetes label"),
         (["worker", "--cluster", "a", "--backend", "foo"], "unknown backend 'foo': kube, local"),
         (["up", "--exit-on-finish"], "name at least one file"),
         (
