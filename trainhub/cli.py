@@ -389,7 +389,14 @@ async def _run_up(
     # stops the workers, whose local pods (processes) go with them.
     main = asyncio.current_task()
     assert main is not None
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
+
+    def stop() -> None:
+        # Once: a second SIGTERM (`timeout` sends one to the process and one to its group)
+        # must not cut short the stop the first began.
+        if not main.cancelling():
+            main.cancel()
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop)
     bus = make_bus(settings, allow_memory=True)
     topics = settings.topics()
     async with Embedded(

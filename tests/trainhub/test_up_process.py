@@ -79,3 +79,42 @@ def test_pod_output_is_printed_as_written_brackets_and_all(tmp_path: Path) -> No
     assert up.returncode == 0, output
     assert "[process 0/2] closing [/foo] tag [bold]x" in output, output
     assert "all jobs succeeded" in output
+
+
+def test_a_second_sigterm_does_not_cut_the_stop_short_and_no_pod_process_outlives_up(
+    tmp_path: Path,
+) -> None:
+    """`timeout` signals the process and then its group: a second SIGTERM while the first's
+    stop is under way. Each pod takes a second to stop and leaves a process of its own
+    running: every one of them must end with `up`."""
+    marker = f"grandchild-{uuid.uuid4().hex}"
+    slow_to_stop = (
+        "import signal, subprocess, sys, time; "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', sys.argv[1]]); "
+        "signal.signal(signal.SIGTERM, lambda *_: (time.sleep(1), sys.exit(0))); "
+        "time.sleep(120)"
+    )
+    job = _job_file(tmp_path, "parent", slow_to_stop, marker)
+    document = yaml.safe_load(job.read_text())
+    document["spec"]["jaxReplicaSpecs"]["Worker"]["replicas"] = 2
+    job.write_text(yaml.safe_dump(document))
+    up = _up(tmp_path, str(job))
+    try:
+        deadline = time.monotonic() + 60
+        while len(_processes_with(marker)) < 4:  # two pods, each with its own process
+            assert up.poll() is None and time.monotonic() < deadline, "the pods never started"
+            time.sleep(0.2)
+        up.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        up.send_signal(signal.SIGTERM)
+        output, _ = up.communicate(timeout=30)
+        assert up.returncode == 128 + signal.SIGTERM, output
+        assert "Traceback" not in output, output
+        deadline = time.monotonic() + 10
+        while _processes_with(marker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _processes_with(marker) == [], "a pod's process outlived trainhub up"
+    finally:
+        up.kill()
+        for pid in _processes_with(marker):
+            os.kill(pid, signal.SIGKILL)

@@ -8,6 +8,7 @@ on a real cluster.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import ctypes
 import logging
@@ -45,6 +46,32 @@ def _die_with_worker(worker_pid: int) -> Callable[[], None] | None:
             os._exit(137)
 
     return arm
+
+
+_LIVE_GROUPS: set[int] = set()
+"""Process groups of this process's pods (their leader's pid) that may still have members."""
+
+
+def _kill_group(pgid: int, signum: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+@atexit.register
+def _kill_live_groups() -> None:
+    """The last resort: whatever way this process ends short of SIGKILL, its pods' processes
+    end with it, those a pod's command started in the background included (PDEATHSIG reaches
+    only each pod's first process)."""
+    for pgid in list(_LIVE_GROUPS):
+        _kill_group(pgid, signal.SIGKILL)
+    _LIVE_GROUPS.clear()
+
+
+def _forget_group(pgid: int) -> None:
+    """The pod's first process has ended: what it left running in its group ends too, as a
+    container's processes end with its main one."""
+    _kill_group(pgid, signal.SIGKILL)
+    _LIVE_GROUPS.discard(pgid)
 
 
 log = logging.getLogger(__name__)
@@ -97,6 +124,10 @@ class LocalBackend(Backend):
         self.logs_dir.mkdir(parents=True, exist_ok=True)
 
     async def close(self) -> None:
+        # Every pod is told at once, so that a stop cut short still reached them all.
+        for pod in self._pods.values():
+            if pod.process is not None and pod.process.returncode is None:
+                _kill_group(pod.process.pid, signal.SIGTERM)
         for key in list(self._pods):
             await self._stop_process(self._pods[key])
         await self._tasks.cancel_all()
@@ -178,6 +209,7 @@ class LocalBackend(Backend):
             return
         finally:
             output.close()
+        _LIVE_GROUPS.add(pod.process.pid)
         if self._pods.get(key) is not pod:
             await self._stop_process(pod)  # deleted while it was being started
             return
@@ -195,6 +227,7 @@ class LocalBackend(Backend):
     async def _wait(self, key: str, pod: _LocalPod) -> None:
         assert pod.process is not None
         code = await pod.process.wait()
+        _forget_group(pod.process.pid)
         if self._pods.get(key) is not pod:
             return  # deleted: its successor under the same name owns the binding now
         self._unbind(key, pod)
@@ -226,14 +259,13 @@ class LocalBackend(Backend):
         process = pod.process
         if process is None or process.returncode is not None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
+        _kill_group(process.pid, signal.SIGTERM)
         try:
             await asyncio.wait_for(process.wait(), _KILL_GRACE)
         except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
+            _kill_group(process.pid, signal.SIGKILL)
             await process.wait()
+        _forget_group(process.pid)
 
     async def delete_pod(self, job_uid: str, name: str, namespace: str) -> None:
         key = f"{namespace}/{name}"
