@@ -403,8 +403,9 @@ async def _run_up(
         options, bus=bus, topics=topics, backends=backends, namespaces=namespaces
     ) as system:
         if settings.metrics_port is not None:
-            start_http_server(settings.metrics_port, registry=system.registry)
-            console.print(f"metrics on http://127.0.0.1:{settings.metrics_port}/metrics")
+            server, _ = start_http_server(settings.metrics_port, registry=system.registry)
+            # The port bound, which `--metrics-port 0` leaves to the system.
+            console.print(f"metrics on http://127.0.0.1:{server.server_port}/metrics")
         quiet_echoes(system.topics.jobs)
         names = ", ".join(w.cluster for w in system.workers)
         count = len(system.workers)

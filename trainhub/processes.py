@@ -99,7 +99,8 @@ def _metrics(settings: TrainhubSettings, registry: CollectorRegistry) -> None:
     """Serve /metrics, once the process has connected and (the hub) rebuilt its state: the
     chart's readiness probe and the absent-metrics alerts read an answer as "working"."""
     if settings.metrics_port is not None:
-        start_http_server(settings.metrics_port, registry=registry)
+        server, _ = start_http_server(settings.metrics_port, registry=registry)
+        log.info("metrics on http://0.0.0.0:%d/metrics", server.server_port)
 
 
 def tune_gc() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -118,3 +119,12 @@ def test_a_second_sigterm_does_not_cut_the_stop_short_and_no_pod_process_outlive
         up.kill()
         for pid in _processes_with(marker):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_metrics_port_0_prints_the_port_the_system_gave(tmp_path: Path) -> None:
+    job = _job_file(tmp_path, "brief", "pass")
+    up = _up(tmp_path, "--metrics-port", "0", "--exit-on-finish", str(job))
+    output, _ = up.communicate(timeout=120)
+    assert up.returncode == 0, output
+    found = re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", output)
+    assert found is not None and int(found.group(1)) > 0, output
