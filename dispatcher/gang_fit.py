@@ -113,8 +113,10 @@ def shortage(
     demand: PodDemand,
     placed: int,
     admitting: Sequence[int] | None = None,
+    gang: Sequence[PodDemand] = (),
 ) -> str:
-    """Why the next pod of `demand` has no room; `nodes` is the room before the gang."""
+    """Why the next pod of `demand` has no room; `nodes` is the room before the gang, `gang`
+    all of its demands (to count the pods that hold the same host ports)."""
     if admitting is None:
         admitting = admitting_nodes(nodes, demand)
     if not admitting:
@@ -139,9 +141,13 @@ def shortage(
             )
     if short:
         return f"{demand.replica_type} pod does not fit on any node ({'; '.join(short)})"
-    spread = (
-        f" (its pods hold host port {', '.join(sorted(ports))}: one to a node)" if ports else ""
-    )
+    spread = ""
+    if ports:
+        taken = [r for r in demand.requests if is_port_resource(r)]
+        holders = sum(d.count for d in gang if any(r in d.requests for r in taken))
+        room = sum(1 for i in admitting if all(nodes[i].free.get(r, 0) >= 1 for r in taken))
+        counts = f"; {holders} pods of the job hold it, {room} nodes have it free" if gang else ""
+        spread = f" (its pods hold host port {', '.join(sorted(ports))}: one to a node{counts})"
     return (
         f"not enough nodes for the whole gang at once: room for {placed} of "
         f"{demand.count} {demand.replica_type} pods next to the other replicas{spread}"
@@ -240,7 +246,7 @@ def gang_fit(
         return FitResult(True, usage=usage)
     assert failure is not None
     at, placed = failure
-    reason = shortage(nodes, demands[at], placed, candidates[at])
+    reason = shortage(nodes, demands[at], placed, candidates[at], demands)
     if len(demands) == 1:
         return FitResult(False, reason=reason)  # best fit is exact for one replica type
     found, complete = search_fit(lambda i: nodes[i].free, names, pod_slot, demands, candidates)

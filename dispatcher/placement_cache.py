@@ -474,9 +474,9 @@ class ClusterFacts:
             fits = usage is not None
             if not fits and failure is not None:
                 at, placed = failure
-                reason = shortage(self._rooms(), ordered[at], placed, shape.candidates[at])
+                reason = shortage(self._rooms(), ordered[at], placed, shape.candidates[at], ordered)
         elif not fits:
-            reason = shortage(self._rooms(), ordered[0], placed, shape.candidates[0])
+            reason = shortage(self._rooms(), ordered[0], placed, shape.candidates[0], ordered)
         if not fits:
             verdict = rejected(self.name, f"not enough free capacity now: {reason}")
         else:

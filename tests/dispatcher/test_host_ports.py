@@ -96,7 +96,10 @@ def test_pods_holding_a_port_are_spread_one_to_a_node() -> None:
     assert placement.chosen is None and placement.never_fits
     reason = placement.decision.clusters[0].reason or ""
     assert "room for 3 of 4" in reason or "room for 2 of 3" in reason, reason
-    assert "host port TCP/23456: one to a node" in reason
+    assert (
+        "host port TCP/23456: one to a node; 4 pods of the job hold it, 3 nodes have it free"
+        in reason
+    )
     placement = plan_placement(job, [_hosts("four", 4)])
     assert placement.chosen == "four"
     assert sorted(placement.usage) == ["four-0", "four-1", "four-2", "four-3"]
