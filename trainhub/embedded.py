@@ -147,9 +147,10 @@ class Embedded:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        # The hub first: the jobs the stopping workers hand back have nowhere to go.
+        await self.hub.stop()
         for worker in self.workers:
             await worker.stop()
-        await self.hub.stop()
         await self.bus.close()
         if self._tmp is not None:
             self._tmp.cleanup()

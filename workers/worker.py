@@ -302,7 +302,7 @@ class Worker:
             # Our pods die with this process: give their jobs back to be placed elsewhere.
             for run in list(self.runs.values()):
                 if not run.finished:
-                    await self.hand_back(run, f"worker of {self.cluster} stopped")
+                    await self.hand_back(run, f"worker of {self.cluster} stopped", stopping=True)
         await self.backend.close()
         log.info("worker stopped", extra=self._extra())
 
@@ -726,9 +726,10 @@ class Worker:
                     extra=self._extra(run.job.uid),
                 )
 
-    async def hand_back(self, run: JobRun, reason: str) -> None:
+    async def hand_back(self, run: JobRun, reason: str, *, stopping: bool = False) -> None:
         """Delete the job here and ask the hub to place it on another cluster (unless the run
-        is gone or replaced by the time its lock is had)."""
+        is gone or replaced by the time its lock is had). `stopping`: this worker stops, as
+        it was asked to (logged as news, not as a warning)."""
         uid = run.job.uid
         async with self._locks.job(uid):
             if self.runs.get(uid) is not run:
@@ -744,7 +745,8 @@ class Worker:
                 self.config.source,
                 back,
             )
-            log.warning("handed back: %s", reason, extra=self._extra(uid))
+            level = logging.INFO if stopping else logging.WARNING
+            log.log(level, "handed back: %s", reason, extra=self._extra(uid))
 
     async def heartbeat(self) -> ClusterSnapshot:
         """Read the capacity and report it; after a heartbeat that failed or came late, the
