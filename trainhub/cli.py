@@ -87,6 +87,13 @@ class Output(StrEnum):
     yaml = "yaml"
 
 
+class ManifestFormat(StrEnum):
+    """How `render` writes Kubernetes objects: as documents, no table."""
+
+    yaml = "yaml"
+    json = "json"
+
+
 def fail(message: str, code: int = 1) -> typer.Exit:
     err_console.print(error_text(message), highlight=False)
     return typer.Exit(code)
@@ -116,7 +123,7 @@ def _root(
 )
 def render(
     job_file: Annotated[Path, typer.Argument(help="Job YAML/JSON (kubeflow.org/v1).")],
-    output: Annotated[Output, typer.Option("-o", "--output")] = Output.yaml,
+    output: Annotated[ManifestFormat, typer.Option("-o", "--output")] = ManifestFormat.yaml,
 ) -> None:
     """Print the Kubernetes objects a worker would create for the jobs (no cluster needed).
 

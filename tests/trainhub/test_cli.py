@@ -24,6 +24,12 @@ def trainhub(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[st
     )
 
 
+def test_render_writes_documents_only() -> None:
+    result = trainhub("render", str(DATA / "jax-simple.yaml"), "-o", "text")
+    assert result.returncode == 2  # a usage error: there is no table of manifests
+    assert "'text' is not one of" in result.stderr, result.stderr
+
+
 def test_render_json_lists_pods_and_headless_services() -> None:
     result = trainhub("render", str(DATA / "jax-simple.yaml"), "-o", "json")
     assert result.returncode == 0, result.stderr
