@@ -29,7 +29,11 @@ class TaskOwner:
         if task.cancelled():
             return
         exc = task.exception()
-        if exc is not None:
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            # A second Ctrl-C lands in whichever task runs: the process is being stopped,
+            # and asyncio raises it on from the loop; the task did not fail.
+            log.debug("task %s interrupted", task.get_name())
+        elif exc is not None:
             log.error("task %s crashed", task.get_name(), exc_info=exc)
             if self.failed is not None and not self.failed.done():
                 self.failed.set_result(exc)
