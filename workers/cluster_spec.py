@@ -60,9 +60,10 @@ def parse_cluster_spec(text: str) -> ClusterSpec:
         key, sep, value = item.partition("=")
         if not sep:
             raise ValueError(f"cluster spec {text!r}: {item!r} is not key=value")
-        if key in given and key != "allow":
+        named = _ALIASES.get(key, key)  # gpu and nvidia.com/gpu are one resource
+        if named in given and key != "allow":
             raise ValueError(f"cluster spec {text!r}: {key} is given twice")
-        given.add(key)
+        given.add(named)
         if key == "nodes":
             if not value.isdigit() or int(value) < 1:
                 raise ValueError(f"cluster spec {text!r}: nodes must be a count of at least 1")

@@ -44,6 +44,7 @@ def test_a_spec_may_allow_privileges_and_keeps_the_default_size_without_resource
         ("a:cpu=x,memory=8Gi", "cluster spec 'a:cpu=x,memory=8Gi': cpu: not a quantity: 'x'"),
         ("a:allow=hostIPC", "cluster spec 'a:allow=hostIPC': unknown pod privilege 'hostIPC'"),
         ("a:cpu=4,memory=8Gi,cpu=2", "cpu is given twice"),
+        ("a:cpu=4,memory=8Gi,gpu=2,nvidia.com/gpu=4", "nvidia.com/gpu is given twice"),
         ("a:cpu=4,memory=8Gi,gpu=1.5", "gpu: an extended resource is a whole number (got 1.5)"),
         ("a:label.=x", "label key '' is not a Kubernetes label key"),
         ("a:label.k/x/y=z", "label key 'k/x/y' is not a Kubernetes label key"),
