@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
+from pathlib import Path
 
 from schemas.job_parsing import parse_job
 from tests.helpers import jax_job
 from workers.backends.crash_backoff import CAP, RESET_AFTER, CrashBackoff
+from workers.backends.local import LocalBackend
 from workers.backends.sim import SimBackend
 from workers.cluster_spec import parse_cluster_spec
 from workers.rendering import render_job
@@ -68,5 +71,31 @@ async def test_a_sim_pod_created_again_and_again_waits_on_its_node() -> None:
         await backend.delete_job(job.uid)
         await backend.create_pod(job.uid, pod)  # a new run of the job: no wait
         assert await phases_within(0.3) == ["Pending", "Running"]
+    finally:
+        await backend.close()
+
+
+async def test_a_local_pod_that_cannot_start_fails_after_the_backoff_too(tmp_path: Path) -> None:
+    """No command: the pod fails before any process starts. Re-created under OnFailure, it
+    must wait as a crashing one does, or the worker loops on it with a core busy."""
+    pool = parse_cluster_spec("a:cpu=4,memory=8Gi").pool()
+    backend = LocalBackend(pool, workdir=tmp_path, logs_dir=tmp_path / "logs")
+    job = parse_job(jax_job("no-command", workers=1))
+    (pod,) = render_job(job).pods
+    container = pod.spec.containers[0].model_copy(update={"command": None, "args": None})
+    pod = replace(pod, spec=pod.spec.model_copy(update={"containers": [container]}))
+    loop = asyncio.get_running_loop()
+    try:
+        for _ in range(2):  # the first run and the first restart fail at once
+            await backend.create_pod(job.uid, pod)
+            observed = await asyncio.wait_for(backend.observations.get(), 1)
+            assert (observed.phase, observed.exit_code) == ("Failed", 127)
+            assert observed.message == "the local backend needs a command"
+            await backend.delete_pod(job.uid, pod.name, pod.namespace)
+        started = loop.time()
+        await backend.create_pod(job.uid, pod)  # the second restart waits 1 s
+        assert (await asyncio.wait_for(backend.observations.get(), 1)).phase == "Pending"
+        observed = await asyncio.wait_for(backend.observations.get(), 3)
+        assert observed.phase == "Failed" and loop.time() - started >= 0.9
     finally:
         await backend.close()

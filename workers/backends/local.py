@@ -141,25 +141,40 @@ class LocalBackend(Backend):
             return
         local = _LocalPod(job_uid, pod, self.logs_dir / f"{pod.namespace}_{pod.name}.log")
         self._pods[key] = local
+        delay = self.backoff.delay(key)
         try:
             spec = process_spec(pod, pod.main_container, _NODE)
         except UnresolvableEnv as exc:
-            await self._emit(local, "Failed", CANNOT_START, str(exc))
+            await self._cannot_start(key, local, str(exc), delay)
             return
         for warning in spec.warnings:
             log.warning("pod %s: %s", key, warning, extra={"job": job_uid})
         if not spec.argv:
-            await self._emit(local, "Failed", CANNOT_START, "the local backend needs a command")
+            await self._cannot_start(key, local, "the local backend needs a command", delay)
             return
         local.bound = self.pool.bind(key, pod.requests, {}) is not None
         if not local.bound:
             log.warning("local node is over-committed by pod %s", key, extra={"job": job_uid})
-        delay = self.backoff.delay(key)
         if pod.master_address is None and not delay:
             await self._start_process(key, local, spec)
         else:
             await self._emit(local, "Pending")
             local.starter = self._tasks.spawn(self._start_later(key, local, spec, delay), key)
+
+    async def _cannot_start(self, key: str, pod: _LocalPod, why: str, delay: float) -> None:
+        """A pod that fails before it starts fails after the crash backoff too: a worker
+        restarting it under OnFailure would otherwise loop on it without a pause."""
+        if not delay:
+            await self._emit(pod, "Failed", CANNOT_START, why)
+            return
+
+        async def later() -> None:
+            log.info("%s restarts in %gs (crash backoff)", key, delay, extra={"job": pod.job_uid})
+            await asyncio.sleep(delay)
+            await self._emit(pod, "Failed", CANNOT_START, why)
+
+        await self._emit(pod, "Pending")
+        pod.starter = self._tasks.spawn(later(), key)
 
     async def _start_later(self, key: str, pod: _LocalPod, spec: ProcessSpec, delay: float) -> None:
         """Start once the crash backoff has passed and the master accepts connections."""
