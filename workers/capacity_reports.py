@@ -163,6 +163,41 @@ class CapacityReports:
             f"capacity reads keep taking over {self._config.heartbeat_overdue_after:.1f}s"
         )
 
+    async def report_stopped(self) -> None:
+        """Tell the hub at once that this worker stopped, rather than by the silence it takes
+        `max_heartbeat_age` to notice: meanwhile it placed new jobs here. Unhealthy and
+        without capacity; sent without the instance, since a successor may already report
+        (two instances in turns would read as a duplicated worker). Best effort: a stop
+        goes on when the bus does not take it."""
+        config = self._config
+        async with self._reporting:
+            self._sequence += 1
+            snapshot = ClusterSnapshot(
+                name=config.cluster,
+                healthy=False,
+                unhealthyReason="its worker stopped",
+                observedAt=datetime.now(UTC),
+                labels=config.labels or {},
+                namespaces=config.namespaces,
+                backend=self._backend.kind,
+                sequence=self._sequence,
+                policy=config.policy,
+                weight=config.weight,
+                cost=config.cost,
+            )
+            try:  # queued only: the bus's last flush on closing sends it, bounded in time
+                await publish_payload(
+                    self._bus,
+                    self._topics.clusters,
+                    config.cluster,
+                    EventType.CLUSTER_HEARTBEAT,
+                    config.source,
+                    snapshot,
+                    wait=False,
+                )
+            except Exception as error:  # the bus is going or gone: the silence will tell
+                log.warning("could not report the stop: %s", error, extra=self._extra())
+
     async def _report(self, capacity: Capacity, read_at: float) -> ClusterSnapshot:
         config = self._config
         self._sequence += 1

@@ -303,6 +303,7 @@ class Worker:
             for run in list(self.runs.values()):
                 if not run.finished:
                     await self.hand_back(run, f"worker of {self.cluster} stopped", stopping=True)
+        await self._reports.report_stopped()
         await self.backend.close()
         log.info("worker stopped", extra=self._extra())
 

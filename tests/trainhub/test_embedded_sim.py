@@ -243,3 +243,21 @@ async def test_host_network_jobs_run_where_allowed_one_pod_to_a_node() -> None:
     assert refused.phase == JobPhase.REJECTED
     assert "pods: pod security policy: hostNetwork is not allowed here" in (refused.message or "")
     assert "room for 3 of 4 Worker pods" in (refused.message or "")
+
+
+async def test_a_stopped_worker_says_so_and_gets_no_new_jobs() -> None:
+    async with Embedded(_options("east:cpu=8,memory=16Gi", "west:cpu=4,memory=8Gi")) as running:
+        for _ in range(200):
+            if len(running.hub.clusters.all()) == 2:
+                break
+            await asyncio.sleep(0.05)
+        await running.worker("east").stop()  # the roomier cluster: placement's first choice
+        for _ in range(100):
+            east = running.hub.clusters.get("east")
+            if east is not None and not east.healthy:
+                break
+            await asyncio.sleep(0.05)
+        assert east is not None and east.unhealthyReason == "its worker stopped"
+        uid = await running.submit(jax_job("after-stop", workers=1, duration="0.2s"))
+        final = await running.wait_finished([uid], timeout=20)
+        assert final[uid].phase == JobPhase.SUCCEEDED and final[uid].cluster == "west"
