@@ -45,7 +45,7 @@ from trainhub.cli_plan import PlannedJob, plan_jobs
 from trainhub.cli_settings import with_settings
 from trainhub.console_view import StatusPrinter, decision_table, error_text
 from trainhub.embedded import Embedded, EmbeddedOptions, make_worker_backend
-from trainhub.job_checks import JobFiles, read_job_files, validate_job
+from trainhub.job_checks import JobFiles, read_job_files
 from trainhub.logs import quiet_echoes, setup_logging
 from trainhub.processes import ServiceCrashed, check_metrics_port, run_hub, run_worker
 from trainhub.producer import (
@@ -694,11 +694,10 @@ def submit(
     With --watch, a live view of the jobs and the clusters on a terminal, one line per status
     change when piped; exit 0 only if every job Succeeded, else 1."""
     _require_bootstrap(settings)
+    if validate:  # every bad document named by file and position, and none sent
+        _exit_on_problems(read_job_files(job_files))
     try:
         documents = [d for f in job_files for d in _documents(f)]
-        if validate:
-            for document in documents:
-                validate_job(document)
     except ContractError as exc:
         raise fail(str(exc)) from None
     raise typer.Exit(asyncio.run(_submit(settings, documents, watch, want_live(live))))

@@ -265,3 +265,14 @@ def test_up_says_a_rejection_once(tmp_path: Path) -> None:
     assert "WARNING" not in quiet.stderr, quiet.stderr
     verbose = trainhub("-v", *args)  # the hub's own warnings are still there when asked for
     assert "rejected invalid job" in verbose.stderr and "dead-lettered" in verbose.stderr
+
+
+def test_submit_names_each_bad_document_and_sends_none(tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs.yaml"
+    unknown = {"apiVersion": "kubeflow.org/v1", "kind": "FooJob", "metadata": {"name": "foo"}}
+    jobs.write_text(yaml.safe_dump_all([jax_job("fine", workers=1), unknown]))
+    # An unreachable broker: refused before connecting, or this would wait out its retries.
+    result = trainhub("submit", str(jobs), "--bootstrap", "127.0.0.1:1", timeout=30)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"{jobs}, document 2 (FooJob default/foo): kind: unknown kind 'FooJob'" in result.stderr
+    assert "submitted" not in result.stdout
