@@ -146,6 +146,10 @@ class Worker:
         """Decisions a transient refusal interrupted, per job: carried out (what is left of
         them) before that job's next one."""
         self._unprepared: set[str] = set()
+        self._outdated_below: dict[str, int] = {}
+        """Per job, from the assignments topic as it stood when this worker started: the
+        attempts below this one were revoked or replaced there, so their assignments, still
+        to be read past the committed offset, must not start pods only to delete them."""
         """Jobs whose ConfigMaps and access objects are not all made yet."""
         self._interrupted = asyncio.Event()
         """Set when a transient refusal leaves work in `_queued` or `_unprepared`."""
@@ -200,7 +204,12 @@ class Worker:
         )
         async for attempt in retrying:
             with attempt:
-                await self._reconcile(adopt=True)
+                placements = await self._replay_assignments()
+                self._outdated_below = {
+                    **{uid: a.attempt for uid, a in placements.wanted.items()},
+                    **{uid: ended + 1 for uid, ended in placements.revoked.items()},
+                }
+                await self._reconcile(adopt=True, placements=placements)
 
     def _adoption_retry(self, state: RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome is not None else None
@@ -212,7 +221,7 @@ class Worker:
         log.info("sweeping the jobs no longer assigned here", extra=self._extra())
         await self._reconcile(adopt=False)
 
-    async def _reconcile(self, *, adopt: bool) -> None:
+    async def _reconcile(self, *, adopt: bool, placements: _Placements | None = None) -> None:
         """Make the cluster agree with the assignments topic (its newest event per job): the
         objects of jobs not assigned here go, and so do the runs of jobs revoked here; with
         `adopt`, jobs still assigned here whose objects exist get a run back.
@@ -229,7 +238,8 @@ class Worker:
             existing = set()
         if not existing and not self.runs:
             return
-        placements = await self._replay_assignments()
+        if placements is None:
+            placements = await self._replay_assignments()
         for uid in sorted(existing | set(self.runs)):
             run = self.runs.get(uid)
             assigned = placements.wanted.get(uid)
@@ -387,6 +397,13 @@ class Worker:
                 await self._resume(data)
 
     async def _start_job(self, assigned: JobAssigned) -> None:
+        if assigned.attempt < self._outdated_below.get(assigned.uid, 0):
+            log.info(
+                "not starting attempt %d: revoked or replaced while this worker was away",
+                assigned.attempt,
+                extra=self._extra(assigned.uid),
+            )
+            return
         known = self.runs.get(assigned.uid)
         if known is not None and known.attempt >= assigned.attempt:
             # Redelivered, or tried again after a transient refusal: make what is missing.

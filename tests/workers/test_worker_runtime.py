@@ -571,3 +571,27 @@ async def test_heartbeats_name_the_reporting_process() -> None:
         restarted = second.heartbeats()[0].instance
     assert len(instances) == 1 and None not in instances
     assert restarted is not None and restarted not in instances
+
+
+async def test_a_restarted_worker_starts_nothing_the_hub_revoked_or_replaced_meanwhile() -> None:
+    """Assignments read past the committed offset after a restart: one the hub revoked, and
+    one it replaced with a newer attempt, while the worker was away. Creating their pods only
+    to delete them next ran a local job's commands for nothing."""
+    async with running(sim()) as harness:
+        pass  # a worker that ran once and committed its (empty) topic, then stopped
+    bus, topics = harness.bus, harness.topics
+    await bus.start()  # the same topics and committed offsets, as a broker keeps them
+    revoked = await harness.assign(jax("revoked", workers=1))
+    await harness.revoke(revoked)
+    replaced = await harness.assign(jax("replaced", workers=1))
+    await harness.assign(jax("replaced", workers=1), attempt=2)
+    worker = Worker(bus, sim(), WorkerConfig(cluster=CLUSTER, heartbeat_interval=0.2), topics)
+    await worker.start()
+    try:
+        await harness.until(lambda: any(u.attempt == 2 for u in harness.updates(replaced)))
+        await bus.flush()
+        assert harness.updates(revoked) == []
+        assert {u.attempt for u in harness.updates(replaced)} == {2}
+    finally:
+        await worker.stop()
+        await bus.close()
