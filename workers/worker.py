@@ -146,11 +146,11 @@ class Worker:
         """Decisions a transient refusal interrupted, per job: carried out (what is left of
         them) before that job's next one."""
         self._unprepared: set[str] = set()
+        """Jobs whose ConfigMaps and access objects are not all made yet."""
         self._outdated_below: dict[str, int] = {}
         """Per job, from the assignments topic as it stood when this worker started: the
         attempts below this one were revoked or replaced there, so their assignments, still
         to be read past the committed offset, must not start pods only to delete them."""
-        """Jobs whose ConfigMaps and access objects are not all made yet."""
         self._interrupted = asyncio.Event()
         """Set when a transient refusal leaves work in `_queued` or `_unprepared`."""
 
