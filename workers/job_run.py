@@ -391,10 +391,13 @@ class JobRun:
         return self._set(ConditionType.FAILED, JobPhase.FAILED, reason, message)
 
     def _set(self, ctype: ConditionType, phase: JobPhase, reason: str, message: str) -> bool:
-        if not self._condition(ctype, reason, message):
-            return False
-        self.phase = phase
-        return True
+        """Set the condition and the phase it means; True when either changed. A run taken
+        back after a restart starts Created with its conditions as they were (Running
+        already True): the phase must follow them all the same."""
+        changed = self._condition(ctype, reason, message)
+        if self.phase != phase:
+            self.phase, changed = phase, True
+        return changed
 
     def _condition(
         self, ctype: ConditionType, reason: str, message: str, value: ConditionValue = "True"

@@ -543,3 +543,20 @@ def test_an_always_pod_that_exits_zero_is_restarted_not_succeeded() -> None:
     second = see(run, "j-worker-0", "Succeeded", 0)
     assert second.finished and phase_of(run) == JobPhase.FAILED
     assert "backoff limit" in (run.status.conditions[-1].message or "")
+
+
+def test_a_run_taken_back_with_its_conditions_shows_running_once_its_pods_run() -> None:
+    first = make_run(jax("adopted", workers=1))
+    see(first, "adopted-worker-0", "Running")
+    assert first.phase == JobPhase.RUNNING
+    # A restarted worker takes the job back with the conditions its assignment carried.
+    again = JobRun(
+        rendered(jax("adopted", workers=1)),
+        "east",
+        1,
+        conditions=first.status.conditions,
+        clock=FakeClock(),
+    )
+    assert again.phase == JobPhase.CREATED
+    decision = see(again, "adopted-worker-0", "Running")
+    assert phase_of(again) == JobPhase.RUNNING and decision.changed
