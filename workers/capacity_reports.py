@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from typing import Any
 
 from bus.base import Bus
 from bus.events import publish_payload
@@ -169,53 +170,34 @@ class CapacityReports:
         without capacity; sent without the instance, since a successor may already report
         (two instances in turns would read as a duplicated worker). Best effort: a stop
         goes on when the bus does not take it."""
-        config = self._config
         async with self._reporting:
-            self._sequence += 1
-            snapshot = ClusterSnapshot(
-                name=config.cluster,
-                healthy=False,
-                unhealthyReason="its worker stopped",
-                observedAt=datetime.now(UTC),
-                labels=config.labels or {},
-                namespaces=config.namespaces,
-                backend=self._backend.kind,
-                sequence=self._sequence,
-                policy=config.policy,
-                weight=config.weight,
-                cost=config.cost,
+            snapshot = self._snapshot(
+                healthy=False, unhealthyReason="its worker stopped", instance=None
             )
             try:  # queued only: the bus's last flush on closing sends it, bounded in time
-                await publish_payload(
-                    self._bus,
-                    self._topics.clusters,
-                    config.cluster,
-                    EventType.CLUSTER_HEARTBEAT,
-                    config.source,
-                    snapshot,
-                    wait=False,
-                )
+                await self._publish(snapshot, wait=False)
             except Exception as error:  # the bus is going or gone: the silence will tell
                 log.warning("could not report the stop: %s", error, extra=self._extra())
 
-    async def _report(self, capacity: Capacity, read_at: float) -> ClusterSnapshot:
+    def _snapshot(self, **fields: Any) -> ClusterSnapshot:
+        """The next heartbeat of this cluster, with `fields`."""
         config = self._config
         self._sequence += 1
-        snapshot = ClusterSnapshot(
+        return ClusterSnapshot(
             name=config.cluster,
-            healthy=True,
             observedAt=datetime.now(UTC),
-            nodes=capacity.nodes,
             labels=config.labels or {},
             namespaces=config.namespaces,
             backend=self._backend.kind,
             sequence=self._sequence,
-            instance=self._instance,
-            jobs=sorted(capacity.jobs),
             policy=config.policy,
             weight=config.weight,
             cost=config.cost,
+            **fields,
         )
+
+    async def _publish(self, snapshot: ClusterSnapshot, *, wait: bool = True) -> None:
+        config = self._config
         await publish_payload(
             self._bus,
             self._topics.clusters,
@@ -223,7 +205,18 @@ class CapacityReports:
             EventType.CLUSTER_HEARTBEAT,
             config.source,
             snapshot,
+            wait=wait,
         )
+
+    async def _report(self, capacity: Capacity, read_at: float) -> ClusterSnapshot:
+        config = self._config
+        snapshot = self._snapshot(
+            healthy=True,
+            nodes=capacity.nodes,
+            instance=self._instance,
+            jobs=sorted(capacity.jobs),
+        )
+        await self._publish(snapshot)
         self._reported_at = read_at
         self._metrics.heartbeats.labels(config.cluster).inc()
         for resource in {r for n in snapshot.nodes for r in n.allocatable}:

@@ -53,24 +53,7 @@ def _processes_with(marker: str) -> list[int]:
 def test_sigterm_stops_up_like_ctrl_c_and_its_local_pods_with_it(tmp_path: Path) -> None:
     marker = f"sleeper-{uuid.uuid4().hex}"
     job = _job_file(tmp_path, "sleeper", "import time; time.sleep(120)", marker)
-    up = _up(tmp_path, str(job))
-    try:
-        deadline = time.monotonic() + 60
-        while not _processes_with(marker):
-            assert up.poll() is None and time.monotonic() < deadline, "the pod never started"
-            time.sleep(0.2)
-        up.send_signal(signal.SIGTERM)
-        output, _ = up.communicate(timeout=30)
-        assert up.returncode == 128 + signal.SIGTERM, output
-        assert "Traceback" not in output, output
-        deadline = time.monotonic() + 10
-        while _processes_with(marker) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert _processes_with(marker) == [], "the pod outlived trainhub up"
-    finally:
-        up.kill()
-        for pid in _processes_with(marker):
-            os.kill(pid, signal.SIGKILL)
+    _stop_and_leave_nothing(_up(tmp_path, str(job)), marker, processes=1, pause=None)
 
 
 def test_pod_output_is_printed_as_written_brackets_and_all(tmp_path: Path) -> None:
@@ -99,15 +82,24 @@ def test_a_second_sigterm_does_not_cut_the_stop_short_and_no_pod_process_outlive
     document = yaml.safe_load(job.read_text())
     document["spec"]["jaxReplicaSpecs"]["Worker"]["replicas"] = 2
     job.write_text(yaml.safe_dump(document))
-    up = _up(tmp_path, str(job))
+    # Two pods, each with a process of its own; the second SIGTERM while they stop.
+    _stop_and_leave_nothing(_up(tmp_path, str(job)), marker, processes=4, pause=0.5)
+
+
+def _stop_and_leave_nothing(
+    up: subprocess.Popen[str], marker: str, *, processes: int, pause: float | None
+) -> None:
+    """Once `processes` carry `marker`, SIGTERM `up` (again after `pause`, if given): it exits
+    143 without a traceback, and no process carrying `marker` is left."""
     try:
         deadline = time.monotonic() + 60
-        while len(_processes_with(marker)) < 4:  # two pods, each with its own process
+        while len(_processes_with(marker)) < processes:
             assert up.poll() is None and time.monotonic() < deadline, "the pods never started"
             time.sleep(0.2)
         up.send_signal(signal.SIGTERM)
-        time.sleep(0.5)
-        up.send_signal(signal.SIGTERM)
+        if pause is not None:
+            time.sleep(pause)
+            up.send_signal(signal.SIGTERM)
         output, _ = up.communicate(timeout=30)
         assert up.returncode == 128 + signal.SIGTERM, output
         assert "Traceback" not in output, output
