@@ -17,7 +17,7 @@ matched against the cluster labels its worker reports:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -226,6 +226,11 @@ def job_demand(job: AnyJob) -> list[PodDemand]:
     return demands
 
 
+def demanded_ports(demands: Iterable[PodDemand]) -> frozenset[str]:
+    """The host-port resources the demands' pods need (dispatcher/port_rooms.py)."""
+    return frozenset([r for d in demands for r in d.requests if is_port_resource(r)])
+
+
 def total_demand(demands: list[PodDemand]) -> dict[str, Amount]:
     total: dict[str, Amount] = {}
     for demand in demands:
@@ -350,7 +355,7 @@ def profile_job(job: AnyJob) -> JobProfile:
         problem=problem,
         key=(tuple(d.key for d in demands), namespace, selector, preferred, privileges, problem),
         scored=tuple([(r, float(total.get(r, 0))) for r in scored_resources(total)]),
-        ports=frozenset([r for r in total if is_port_resource(r)]),
+        ports=demanded_ports(demands),
     )
 
 

@@ -17,7 +17,7 @@ from bus.dead_letters import DeadLetterKey, dead_lettered_by
 from bus.events import EventConsumer, EventHandler, header_is, publish_payload
 from bus.topics import Topics
 from dispatcher import native
-from dispatcher.demand import job_demand
+from dispatcher.demand import demanded_ports, job_demand
 from dispatcher.expiry import COMPLETED, Expiries
 from dispatcher.fairness import IN_FLIGHT_PHASES, QueueTurns
 from dispatcher.gang_fit import NodeRoom, gang_fit
@@ -27,7 +27,7 @@ from dispatcher.ledger import JobRecord, Ledger, queue_of
 from dispatcher.metrics import HubMetrics
 from dispatcher.placement import Placement, Placer, VersionedReservations
 from dispatcher.placement_config import PlacementConfig
-from dispatcher.port_rooms import is_port_resource, with_port_rooms
+from dispatcher.port_rooms import with_port_rooms
 from dispatcher.registry import ClusterRegistry
 from schemas.cluster import ClusterSnapshot
 from schemas.conditions import ConditionValue, set_condition
@@ -222,8 +222,7 @@ class Hub:
         if snapshot is None or record.job is None or record.uid in snapshot.jobs:
             return
         demands = job_demand(record.job)
-        ports = sorted({r for d in demands for r in d.requests if is_port_resource(r)})
-        nodes = with_port_rooms(snapshot, ports).nodes
+        nodes = with_port_rooms(snapshot, sorted(demanded_ports(demands))).nodes
         fit = gang_fit([NodeRoom.of(n) for n in nodes], demands)
         if fit.fits:
             self.reservations.reserve(snapshot.name, record.uid, fit.usage)
