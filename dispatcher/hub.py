@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+
 from datetime import UTC, datetime, timedelta
 
 from prometheus_client import CollectorRegistry
@@ -22,11 +22,11 @@ from dispatcher.expiry import COMPLETED, Expiries
 from dispatcher.fairness import IN_FLIGHT_PHASES, QueueTurns
 from dispatcher.gang_fit import NodeRoom, gang_fit
 from dispatcher.heartbeat_feed import HeartbeatFeedClock
+from dispatcher.hub_config import HubConfig
 from dispatcher.job_updates import RUNNING_PHASES, UPDATED, update_problem
 from dispatcher.ledger import JobRecord, Ledger, queue_of
 from dispatcher.metrics import HubMetrics
 from dispatcher.placement import Placement, Placer, VersionedReservations
-from dispatcher.placement_config import PlacementConfig
 from dispatcher.port_rooms import with_port_rooms
 from dispatcher.registry import ClusterRegistry
 from schemas.cluster import ClusterSnapshot
@@ -69,24 +69,6 @@ _PLACED = (
     JobPhase.RESTARTING,
     JobPhase.SUSPENDED,
 )
-
-
-@dataclass
-class HubConfig:
-    source: str = "trainhub/hub"
-    max_heartbeat_age: float = 30.0
-    placement: PlacementConfig = field(default_factory=PlacementConfig)
-    """Scoring weights, GPU label, priorities and per-queue limits."""
-    schedule_interval: float = 1.0
-    lost_after: float = 30.0
-    """Seconds without a heartbeat after which a cluster is lost and its jobs re-dispatched."""
-    exclusion_seconds: float = 300.0
-    """How long a job avoids a cluster that lost it or handed it back."""
-    waiting_status_interval: float = 30.0
-    """Seconds a waiting job's published reason stands before a changed one goes out. Free
-    amounts move with every heartbeat, and so do the reasons; publishing each change (with
-    the whole decision) was one status per waiting job per pass: 500 statuses and 17 MB a
-    second for 500 jobs waiting on 200 clusters."""
 
 
 class Hub:

@@ -1,0 +1,25 @@
+"""The hub's settings: heartbeat ages, loss and exclusion times, placement policy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dispatcher.placement_config import PlacementConfig
+
+
+@dataclass
+class HubConfig:
+    source: str = "trainhub/hub"
+    max_heartbeat_age: float = 30.0
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
+    """Scoring weights, GPU label, priorities and per-queue limits."""
+    schedule_interval: float = 1.0
+    lost_after: float = 30.0
+    """Seconds without a heartbeat after which a cluster is lost and its jobs re-dispatched."""
+    exclusion_seconds: float = 300.0
+    """How long a job avoids a cluster that lost it or handed it back."""
+    waiting_status_interval: float = 30.0
+    """Seconds a waiting job's published reason stands before a changed one goes out. Free
+    amounts move with every heartbeat, and so do the reasons; publishing each change (with
+    the whole decision) was one status per waiting job per pass: 500 statuses and 17 MB a
+    second for 500 jobs waiting on 200 clusters."""
