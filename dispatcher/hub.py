@@ -22,7 +22,7 @@ from dispatcher.expiry import COMPLETED, Expiries
 from dispatcher.fairness import IN_FLIGHT_PHASES, QueueTurns
 from dispatcher.gang_fit import NodeRoom, gang_fit
 from dispatcher.heartbeat_feed import HeartbeatFeedClock
-from dispatcher.hub_config import HubConfig
+from dispatcher.hub_config import HubConfig as HubConfig
 from dispatcher.job_updates import RUNNING_PHASES, UPDATED, update_problem
 from dispatcher.ledger import JobRecord, Ledger, queue_of
 from dispatcher.metrics import HubMetrics
