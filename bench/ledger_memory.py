@@ -51,14 +51,14 @@ def measure(clusters: int, jobs: int, seed: int = 7) -> dict[str, Any]:
         record.decision = placement.decision
         record.document()  # the Queued status and the assignment carry it
         if placement.chosen is not None:
-            record.phase, record.cluster = JobPhase.ASSIGNED, placement.chosen
+            record.assign(placement.chosen)
             reservations.reserve(placement.chosen, record.uid, placement.usage)
             reservations.release(record.uid)
     placer = None  # its caches are bounded and not per job: leave them out
     gc.collect()
     in_flight = tracemalloc.get_traced_memory()[0] - base
     for record in ledger.all():
-        record.phase = JobPhase.SUCCEEDED
+        record.finish(JobPhase.SUCCEEDED)
     ledger.compact_finished()
     gc.collect()
     finished = tracemalloc.get_traced_memory()[0] - base

@@ -7,9 +7,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas.events import PlacementDecision
+from schemas.conditions import ConditionValue, set_condition
+from schemas.events import JobStatusUpdate, PlacementDecision
 from schemas.kubeflow import AnyJob
-from schemas.status import JobPhase, JobStatus
+from schemas.status import ConditionType, JobPhase, JobStatus
 
 
 @dataclass
@@ -46,7 +47,8 @@ class JobRecord:
         default=None, init=False, repr=False, compare=False
     )
     _ledger: Ledger | None = field(default=None, init=False, repr=False, compare=False)
-    """The ledger holding this record, told of every phase change to keep its index."""
+    """The ledger holding this record, told of every phase change to keep its index. The
+    phase changes only through the transitions below (`assign`, `requeue`, `finish`, ...)."""
 
     def document(self) -> dict[str, Any]:
         """`job` as a document, serialised once per parsed job: the Queued status and every
@@ -66,12 +68,98 @@ class JobRecord:
         self.decision = None
         self.excluded = {}
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "phase":
-            ledger = self.__dict__.get("_ledger")
-            if ledger is not None and self.__dict__.get("phase") is not value:
-                ledger._moved(self, value)
-        object.__setattr__(self, name, value)
+    # -- transitions: the only writers of `phase`, each keeping the ledger's index ----------
+
+    def _enter(self, phase: JobPhase) -> None:
+        if phase is not self.phase:
+            if self._ledger is not None:
+                self._ledger._moved(self, phase)
+            self.phase = phase
+
+    def enqueue(self) -> None:
+        """Waiting for placement again, its wait counted from now."""
+        self._enter(JobPhase.QUEUED)
+        self.queued_at = time.monotonic()
+
+    def hold(self) -> None:
+        """Suspended while no cluster runs it: the hub holds it until resumed."""
+        self._enter(JobPhase.SUSPENDED)
+        self.note(ConditionType.SUSPENDED, "Suspended")
+
+    def resume(self) -> None:
+        """A held job queued again."""
+        self.enqueue()
+        self.note(ConditionType.SUSPENDED, "Resumed", "False")
+
+    def assign(self, cluster: str) -> None:
+        """Placed on `cluster`: a new attempt, whose statuses count from zero."""
+        self.attempt += 1
+        self.cluster = cluster
+        self._enter(JobPhase.ASSIGNED)
+        self.sequence = 0
+
+    def unplace(self) -> None:
+        """No cluster holds it any more (its pods are gone); the phase stays."""
+        self.cluster, self.sequence = None, 0
+
+    def requeue(self, avoid_seconds: float) -> None:
+        """Taken from its cluster (lost, retired, handed back) and queued again, avoiding
+        that cluster for `avoid_seconds`. The lost run's conditions are not the next one's:
+        it starts over as created."""
+        assert self.cluster is not None
+        self.exclude(self.cluster, time.time(), avoid_seconds)
+        self.unplace()
+        self.enqueue()
+        self.status = None
+        self.note(ConditionType.CREATED, "Created")
+
+    def reject(self) -> None:
+        self._enter(JobPhase.REJECTED)
+
+    def delete(self) -> None:
+        self._enter(JobPhase.DELETED)
+
+    def finish(self, phase: JobPhase) -> None:
+        """Ended as `phase` (Succeeded, Failed, ...)."""
+        assert phase.finished, phase
+        self._enter(phase)
+
+    def follow(self, update: JobStatusUpdate) -> None:
+        """A newer status of the current attempt from the worker that runs it."""
+        self.sequence = update.sequence
+        self._enter(update.phase)
+        self.status = update.status
+        self.reason, self.message = update.reason, update.message
+
+    def replay(self, update: JobStatusUpdate) -> None:
+        """A status the hub itself published, read back while rebuilding its state."""
+        self._enter(update.phase)
+        self.cluster, self.attempt = update.cluster, update.attempt
+        self.reason, self.message = update.reason, update.message
+        self.submission = update.submission or self.submission
+        if update.placement is not None:
+            self.decision = update.placement
+        if update.status is not None:
+            self.status = update.status
+        if update.phase == JobPhase.ASSIGNED:
+            self.sequence = 0
+
+    def note(self, ctype: ConditionType, reason: str, value: ConditionValue = "True") -> None:
+        """A condition of a job no worker runs, as upstream's operator sets it on the job
+        object (`Created`; `Suspended`, False once `Resumed`), so that clients waiting for one
+        see it."""
+        kind, name = self.kind or "Job", self.name or self.uid
+        if self.status is None:
+            self.status = JobStatus()
+        message = f"{kind} {name} is {reason.lower()}."
+        set_condition(self.status, ctype, f"{kind}{reason}", message, value=value)
+
+    def exclude(self, cluster: str, since: float, seconds: float) -> None:
+        """Keep the job off `cluster` for `seconds` from `since` (seconds since the epoch: a
+        restarted hub counts from its predecessor's re-dispatch, not from now)."""
+        left = seconds - (time.time() - since)
+        if left > 0:
+            self.excluded[cluster] = time.monotonic() + left
 
     def avoided(self, now: float | None = None) -> frozenset[str]:
         now = time.monotonic() if now is None else now

@@ -77,7 +77,7 @@ def test_ledger_index_follows_phase_changes_and_replacements() -> None:
     ledger.put(first)
     ledger.put(second)
     assert ledger.in_phase(JobPhase.QUEUED) == [first, second]
-    first.phase = JobPhase.ASSIGNED
+    first.assign("east")
     assert ledger.in_phase(JobPhase.QUEUED) == [second]
     assert ledger.in_phase(JobPhase.ASSIGNED, JobPhase.RUNNING) == [first]
     assert ledger.count(JobPhase.QUEUED, JobPhase.ASSIGNED) == 2
@@ -85,7 +85,7 @@ def test_ledger_index_follows_phase_changes_and_replacements() -> None:
     # longer count.
     replacement = JobRecord(uid="a", phase=JobPhase.RUNNING)
     ledger.put(replacement)
-    first.phase = JobPhase.QUEUED
+    first.enqueue()
     assert ledger.in_phase(JobPhase.ASSIGNED) == []
     assert ledger.in_phase(JobPhase.QUEUED) == [second]
     assert ledger.in_phase(JobPhase.RUNNING) == [replacement]
@@ -99,13 +99,13 @@ def test_ledger_compacts_only_records_still_finished_and_still_held() -> None:
     finished.uid, replaced.uid, resumed.uid = "finished", "replaced", "resumed"
     for record in (finished, replaced, resumed):
         ledger.put(record)
-        record.phase = JobPhase.SUCCEEDED
+        record.finish(JobPhase.SUCCEEDED)
     # A deleted job submitted again is a new record under the same uid; a record can also
     # leave a finished phase (Deleted -> Queued on resubmission) before the compaction.
     successor = JobRecord.of(job, JobPhase.QUEUED)
     successor.uid = "replaced"
     ledger.put(successor)
-    resumed.phase = JobPhase.QUEUED
+    resumed.enqueue()
     assert ledger.compact_finished() == 1
     assert finished.job is None and finished.managed_by == TRAINHUB_MANAGER
     assert replaced.job is not None and successor.job is not None and resumed.job is not None
@@ -402,13 +402,13 @@ async def test_a_pass_plans_a_backlog_of_look_alike_jobs_once_per_shape() -> Non
     hub = Hub(bus, topics, HubConfig())
     hub.clusters.update(cluster("east", node("n1", cpu="8", memory="64Gi", pods="110")))
     planned: list[str] = []
-    plan = hub.plan
+    plan = hub.scheduling.plan
 
     def counted(job: AnyJob, excluded: frozenset[str] = frozenset()) -> Placement:
         planned.append(job.metadata.name)
         return plan(job, excluded)
 
-    hub.plan = counted  # type: ignore[method-assign]
+    hub.scheduling.plan = counted  # type: ignore[method-assign]
     jobs = [jax_job(f"big-{i}", workers=1, cpu="6") for i in range(5)]
     jobs.append(jax_job("small", workers=1, cpu="1"))
     records = [JobRecord.of(parse_job(document), JobPhase.QUEUED) for document in jobs]
@@ -539,14 +539,14 @@ async def test_a_job_admitted_during_a_pass_keeps_what_the_placer_read_on_admiss
         first = await submit_document(bus, topics, jax_job("first", workers=1))
         await until(lambda: (r := hub.ledger.get(first)) is not None and r.reason != "Queued")
         arriving = parse_job(jax_job("arriving", workers=1))
-        note_waiting = hub._note_waiting
+        note_waiting = hub.scheduling.note_waiting
 
         async def admit_meanwhile(record: JobRecord, reasons: str, why: str) -> None:
             if hub.ledger.get(arriving.uid) is None:
-                await hub._admit(arriving, "submission-of-arriving")
+                await hub.intake.admit(arriving, "submission-of-arriving")
             await note_waiting(record, reasons, why)
 
-        hub._note_waiting = admit_meanwhile  # type: ignore[method-assign]
+        hub.scheduling.note_waiting = admit_meanwhile  # type: ignore[method-assign]
         await hub.schedule_pending()  # no cluster: both wait
         record = hub.ledger.get(arriving.uid)
         assert record is not None and record.phase == JobPhase.QUEUED

@@ -1,0 +1,146 @@
+"""One scheduling pass: the queued jobs in their queues' turns, each placed on the best
+cluster that holds its whole gang, told to wait (with the reasons), or rejected when no
+registered cluster could ever hold it."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+from dispatcher.fairness import IN_FLIGHT_PHASES
+from dispatcher.hub_context import HubContext
+from dispatcher.hub_statuses import HubStatuses
+from dispatcher.ledger import JobRecord
+from dispatcher.placement import Placement
+from schemas.events import ClusterScore
+from schemas.kubeflow import AnyJob
+from schemas.status import JobPhase
+
+log = logging.getLogger(__name__)
+
+WAITING = "WaitingForCapacity"
+WAITING_FOR_QUEUE = "WaitingForQueue"
+
+
+class SchedulingPass:
+    def __init__(self, context: HubContext, statuses: HubStatuses) -> None:
+        self._context = context
+        self._statuses = statuses
+
+    def plan(self, job: AnyJob, excluded: frozenset[str] = frozenset()) -> Placement:
+        context = self._context
+        return context.placer.plan(
+            job,
+            context.clusters.all(),
+            reservations=context.reservations,
+            max_heartbeat_age=context.config.max_heartbeat_age,
+            excluded=excluded,
+        )
+
+    async def run(self) -> list[JobRecord]:
+        """One scheduling pass; returns the jobs it placed (their assignments are not sent
+        yet: see `AssignmentOutbox`).
+
+        A pass only ever takes capacity, so once a job found no room, a later job of the same
+        shape avoiding the same clusters finds none either: it gets that decision without
+        being planned again, and a backlog of look-alike jobs costs a pass one plan per shape.
+        (Capacity freed while the pass awaits its sends wakes another pass.)
+        """
+        context = self._context
+        ledger, placer, turns = context.ledger, context.placer, context.turns
+        queued = ledger.in_phase(JobPhase.QUEUED)
+        placed: list[JobRecord] = []
+        # Decisions that found no room this pass, by shape, with their reasons.
+        unplaced: dict[tuple[object, frozenset[str]], tuple[Placement, str]] = {}
+        in_flight = ledger.in_phase(*IN_FLIGHT_PHASES) if turns.config.limits_queues else ()
+        for record, held in turns.order(queued, in_flight):
+            assert record.job is not None
+            if held is not None:
+                await self.note_waiting(record, held, WAITING_FOR_QUEUE)
+                continue
+            excluded = record.avoided()
+            shape = (placer.shape_key(record.job), excluded)
+            found = unplaced.get(shape)
+            if found is None:
+                placement = self.plan(record.job, excluded)
+                if placement.chosen is not None:
+                    record.decision = placement.decision
+                    await self._assign(record, placement)
+                    turns.placed(record)
+                    placed.append(record)
+                    continue
+                found = unplaced[shape] = (placement, _reasons(placement.decision.clusters))
+            placement, reasons = found
+            record.decision = placement.decision
+            if placement.never_fits:
+                record.reject()
+                context.metrics.decisions.labels(outcome="rejected").inc()
+                await self._statuses.publish(
+                    record,
+                    reason="Unschedulable",
+                    message=f"the job fits no registered cluster: {reasons}",
+                )
+            else:
+                await self.note_waiting(record, reasons, WAITING)
+        # The queued jobs now, not those the pass began with: a job admitted while the pass
+        # awaited its sends was read on admission, and dropping that would read it again.
+        placer.retain(r.job for r in ledger.in_phase(JobPhase.QUEUED) if r.job is not None)
+        return placed
+
+    async def note_waiting(self, record: JobRecord, reasons: str, why: str) -> None:
+        """The first reason a job waits goes out at once; a changed one only once the last
+        has stood for `waiting_status_interval` (passes run at least every second, so the
+        newest reason is published at most that interval plus a pass late). `why`: waiting
+        for capacity, or for its queue's turn (whose counts move with every pass too)."""
+        reasons = reasons or "no cluster has reported capacity yet"
+        if reasons == record.message:
+            return
+        now = time.monotonic()
+        if (
+            record.reason == why
+            and now - record.waiting_noted_at < self._context.config.waiting_status_interval
+        ):
+            return
+        record.waiting_noted_at = now
+        await self._statuses.publish(record, reason=why, message=reasons)
+
+    async def _assign(self, record: JobRecord, placement: Placement) -> None:
+        assert record.job is not None and placement.chosen is not None
+        context = self._context
+        record.assign(placement.chosen)
+        context.reservations.reserve(placement.chosen, record.uid, placement.usage)
+        # The assignment itself leaves after the pass, once this status is durable.
+        await self._statuses.publish(
+            record, reason="Assigned", message=f"placed on {placement.chosen}"
+        )
+        context.metrics.placement_latency.observe(time.monotonic() - record.queued_at)
+        chosen_score = next(
+            c.score for c in placement.decision.clusters if c.name == placement.chosen
+        )
+        context.metrics.placement_score.observe(chosen_score or 0.0)
+        context.metrics.decisions.labels(outcome="assigned").inc()
+        log.info(
+            "placed on %s (score %s)",
+            placement.chosen,
+            chosen_score,
+            extra={"job": record.uid, "cluster": placement.chosen},
+        )
+
+
+_MESSAGE_CLUSTERS = 10
+"""How many clusters' reasons a status message names: the placement decision in the same
+status has every one, and at 1,000 clusters a message naming all would be some 60 KB, sent
+again whenever any of them changed and kept in the job's summary for good."""
+
+
+def _reasons(scores: Sequence[ClusterScore]) -> str:
+    """The rejected clusters' reasons for a status message (the first few, by name)."""
+    rejected = [c for c in scores if not c.feasible]
+    shown = "; ".join(f"{c.name}: {c.reason}" for c in rejected[:_MESSAGE_CLUSTERS])
+    if len(rejected) > _MESSAGE_CLUSTERS:
+        shown += (
+            f"; and {len(rejected) - _MESSAGE_CLUSTERS} more clusters "
+            "(the placement decision has every reason)"
+        )
+    return shown

@@ -1,0 +1,128 @@
+"""The status topic as the hub reads it: workers' statuses of the jobs they run, their
+hand-backs, and (while a starting hub rebuilds) the hub's own earlier decisions."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+
+from bus.base import Record
+from bus.events import header_is
+from dispatcher.expiry import COMPLETED
+from dispatcher.hub_context import HubContext
+from dispatcher.ledger import JobRecord
+from dispatcher.redispatch import REDISPATCHED, Redispatcher
+from schemas.errors import JobInvalid
+from schemas.events import CloudEvent, EventType, JobHandedBack, JobStatusUpdate
+from schemas.job_parsing import parse_job
+from schemas.status import ALREADY_EXISTS, INVALID, JobPhase
+
+log = logging.getLogger(__name__)
+
+
+class StatusFollower:
+    def __init__(self, context: HubContext, redispatch: Redispatcher) -> None:
+        self._context = context
+        self._redispatch = redispatch
+        self._source_header = context.config.source.encode()
+
+    def is_own_status(self, record: Record) -> bool:
+        """This hub's own statuses, once live: already applied when they were published, so
+        reading them back (half of the status topic's traffic) is skipped undecoded."""
+        return not self._context.replaying and header_is(record, "ce_source", self._source_header)
+
+    async def on_event(self, event: CloudEvent, record: Record) -> None:
+        replaying = self._context.replaying
+        if event.type == EventType.JOB_HANDED_BACK:
+            if not replaying:
+                await self._on_handed_back(event.data_as(JobHandedBack))
+            return
+        if event.type != EventType.JOB_STATUS:
+            return
+        update = event.data_as(JobStatusUpdate)
+        if event.source == self._context.config.source:
+            if replaying:
+                self._replay_own(update, event.time.timestamp())
+            return
+        self._apply_worker_status(update)
+
+    def _replay_own(self, update: JobStatusUpdate, published_at: float) -> None:
+        """Re-apply a decision this hub (or its predecessor) published."""
+        if update.reason in (ALREADY_EXISTS, INVALID):
+            # An answer to a refused submission: a duplicate changes nothing about the job,
+            # and an invalid job never existed (live, it is not kept either).
+            return
+        ledger = self._context.ledger
+        record = ledger.get(update.uid)
+        if update.job is not None:
+            try:
+                job = parse_job(update.job)
+            except JobInvalid:
+                return
+            same_run = record is not None and record.submission == update.submission
+            # The run's first status (Queued) stands for its submission time.
+            submitted_at = record.submitted_at if same_run and record else published_at
+            record = JobRecord.of(job, update.phase)
+            record.submitted_at = submitted_at
+            ledger.put(record)
+        elif record is None:
+            record = JobRecord(
+                uid=update.uid,
+                phase=update.phase,
+                name=update.name,
+                namespace=update.namespace,
+                kind=update.kind,
+                framework=update.framework,
+                queue=update.queue,
+            )
+            ledger.put(record)
+        if update.reason == REDISPATCHED and record.cluster is not None:
+            # Taken from that cluster (lost, or handed back): avoided as it was live.
+            record.exclude(record.cluster, published_at, self._context.config.exclusion_seconds)
+        record.replay(update)
+
+    def _apply_worker_status(self, update: JobStatusUpdate) -> None:
+        context = self._context
+        job = context.ledger.get(update.uid)
+        if job is None:
+            log.warning("status for an unknown job ignored", extra={"job": update.uid})
+            return
+        if update.cluster != job.cluster or update.attempt != job.attempt:
+            log.warning(
+                "status from a revoked placement ignored (%s attempt %s; current %s attempt %s)",
+                update.cluster,
+                update.attempt,
+                job.cluster,
+                job.attempt,
+                extra={"job": update.uid, "cluster": update.cluster},
+            )
+            return
+        if update.sequence <= job.sequence or job.phase.finished:
+            return
+        if not context.replaying:
+            context.metrics.training_operator.phase_changed(job, update.phase)
+        job.follow(update)
+        if job.phase in COMPLETED:
+            completed = update.status.completionTime if update.status else None
+            context.expiries.add(job, completed or datetime.now(UTC))
+        if job.phase.finished or job.phase == JobPhase.SUSPENDED:
+            # Its pods are gone or terminal. A Running job keeps its reservation until a
+            # heartbeat counts its pods (`reconcile`): Running can arrive first, and releasing
+            # then would offer the same capacity twice until that heartbeat.
+            context.reservations.release(job.uid)
+        if job.phase.finished:
+            context.wake.set()
+
+    async def _on_handed_back(self, back: JobHandedBack) -> None:
+        record = self._context.ledger.get(back.uid)
+        if record is None or record.cluster != back.cluster or record.attempt != back.attempt:
+            log.warning(
+                "hand-back for a placement that is not current ignored",
+                extra={"job": back.uid, "cluster": back.cluster},
+            )
+            return
+        if record.phase.finished:
+            return
+        await self._redispatch(
+            record, f"handed back by {back.cluster}: {back.reason}", revoke=False
+        )
