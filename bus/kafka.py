@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -34,14 +33,6 @@ from aiokafka.errors import (
     UnsupportedSaslMechanismError,
 )
 from aiokafka.partitioner import DefaultPartitioner, murmur2
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception,
-    stop_after_attempt,
-    stop_after_delay,
-    wait_exponential,
-)
 
 from bus.base import (
     Bus,
@@ -58,6 +49,7 @@ from bus.base import (
     UnknownTopicError,
 )
 from bus.kafka_settings import KafkaSettings, connect_first_broker
+from bus.retry import RetryPolicy, retry_transient
 
 log = logging.getLogger(__name__)
 
@@ -90,44 +82,27 @@ def _transient(exc: BaseException) -> bool:
     return isinstance(exc, _TRANSIENT) or (isinstance(exc, KafkaError) and exc.retriable)
 
 
-def _log_retry(state: RetryCallState) -> None:
-    outcome = state.outcome
-    error = outcome.exception() if outcome is not None else None
-    wait = state.next_action.sleep if state.next_action is not None else 0.0
-    log.warning("Kafka unavailable (%r); retry %d in %.1fs", error, state.attempt_number, wait)
+def _log_retry(error: BaseException, failures: int, wait: float) -> None:
+    log.warning("Kafka unavailable (%r); retry %d in %.1fs", error, failures, wait)
 
 
-def _retrying(settings: KafkaSettings) -> AsyncRetrying:
-    """For connecting: a broker that never answers fails the start in about 20 s."""
-    return AsyncRetrying(
-        retry=retry_if_exception(_transient),
-        wait=wait_exponential(multiplier=0.2, max=10),
-        stop=stop_after_attempt(settings.connect_attempts),
-        before_sleep=_log_retry,
-        reraise=True,
+async def _connecting(settings: KafkaSettings, call: Callable[[], Awaitable[_T]]) -> _T:
+    """`call()` of a client that connects: a broker that never answers fails the start once
+    `settings.connect_retry` runs out."""
+    return await retry_transient(
+        call, settings.connect_retry, transient=_transient, on_retry=_log_retry
     )
 
 
 async def _until_back(settings: KafkaSettings, call: Callable[[], Awaitable[_T]]) -> _T:
     """`call()`, retried through a broker outage of up to `settings.outage_timeout_s`."""
-    try:
-        # Tried once bare first: every send goes through here, and building a retrier per
-        # record cost more than the send itself.
-        return await call()
-    except Exception as exc:
-        if not _transient(exc):
-            raise
-        log.warning("Kafka call failed, retrying with backoff: %s", exc)
-    async for attempt in AsyncRetrying(
-        retry=retry_if_exception(_transient),
-        wait=wait_exponential(multiplier=0.2, max=5),
-        stop=stop_after_delay(settings.outage_timeout_s),
-        before_sleep=_log_retry,
-        reraise=True,
-    ):
-        with attempt:
-            return await call()
-    raise AssertionError("unreachable: tenacity either returns or raises")
+    return await retry_transient(
+        call, settings.outage_retry, transient=_transient, on_retry=_log_retry
+    )
+
+
+class _TopicsMissing(Exception):
+    """Topics another principal creates are not there yet: looked for again with backoff."""
 
 
 class _KeyHashCache:
@@ -197,12 +172,8 @@ class KafkaBus(Bus):
         admin = AIOKafkaAdminClient(**self.settings.client_options())
         try:
             await self._check_credentials()
-            async for attempt in _retrying(self.settings):
-                with attempt:
-                    await producer.start()
-            async for attempt in _retrying(self.settings):
-                with attempt:
-                    await admin.start()
+            await _connecting(self.settings, producer.start)
+            await _connecting(self.settings, admin.start)
         except KafkaError as exc:
             await producer.stop()
             await admin.close()
@@ -269,10 +240,11 @@ class KafkaBus(Bus):
         """Until `names` exist (created by another principal), for at most `wait` seconds."""
         admin = self._admin
         assert admin is not None
-        deadline = time.monotonic() + wait
-        delay, logged = 0.2, False
-        while True:
-            missing = names - set(await _until_back(self.settings, admin.list_topics))
+        wanted = set(names)
+
+        async def created() -> None:
+            nonlocal wanted
+            missing = wanted - set(await _until_back(self.settings, admin.list_topics))
             if missing:
                 # A topic this principal may not even describe is not one it uses (a worker
                 # never touches the jobs topic): waiting for it would never end.
@@ -285,25 +257,32 @@ class KafkaBus(Bus):
                     for t in described
                     if t["error_code"] == _TOPIC_AUTHORIZATION_FAILED
                 }
-                names, missing = names - hidden, missing - hidden
-            if not missing:
-                self._topics.update(names)
-                return
-            if time.monotonic() >= deadline:
-                raise UnknownTopicError(
-                    f"topics {', '.join(sorted(missing))} were not created within {wait:.0f} s; "
-                    f"{_principal(self.settings)} may not create them: start the hub, which "
-                    "creates the shared topics, or grant CREATE"
-                )
-            if not logged:
+                wanted, missing = wanted - hidden, missing - hidden
+            if missing:
+                raise _TopicsMissing(", ".join(sorted(missing)))
+            self._topics.update(wanted)
+
+        def waiting(error: BaseException, failures: int, pause: float) -> None:
+            if failures == 1:
                 log.warning(
                     "waiting for %s to be created by the hub (%s may not create them)",
-                    ", ".join(sorted(missing)),
+                    error,
                     _principal(self.settings),
                 )
-                logged = True
-            await asyncio.sleep(delay)
-            delay = min(2 * delay, 5.0)
+
+        try:
+            await retry_transient(
+                created,
+                RetryPolicy(deadline=wait),
+                transient=lambda error: isinstance(error, _TopicsMissing),
+                on_retry=waiting,
+            )
+        except _TopicsMissing as still:
+            raise UnknownTopicError(
+                f"topics {still} were not created within {wait:.0f} s; "
+                f"{_principal(self.settings)} may not create them: start the hub, which "
+                "creates the shared topics, or grant CREATE"
+            ) from None
 
     async def _require_topic(self, topic: str) -> None:
         if topic in self._topics:
@@ -471,9 +450,7 @@ class KafkaSubscription(Subscription):
         )
         try:
             try:
-                async for attempt in _retrying(self._bus.settings):
-                    with attempt:
-                        await consumer.start()
+                await _connecting(self._bus.settings, consumer.start)
             except KafkaError as exc:
                 raise _fatal(exc, self._bus.settings, "starting a consumer") from exc
             await self._await_topics(consumer)

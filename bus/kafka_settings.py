@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 from aiokafka.conn import AIOKafkaConnection, create_conn
 
+from bus.retry import RetryPolicy
+
 SecurityProtocol = Literal["PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL"]
 
 
@@ -24,14 +26,24 @@ class KafkaSettings:
     client_id: str = "trainhub"
     request_timeout_ms: int = 15_000
     connect_attempts: int = 8
-    """Attempts (with exponential backoff up to ~10 s) before a broker counts as unreachable
-    at start."""
+    """Attempts (see `connect_retry`) before a broker counts as unreachable at start."""
     outage_timeout_s: float = 120.0
-    """How long a started client retries a broker that went away (restart, network cut) with
-    exponential backoff (0.2 s doubling up to 5 s) before the call fails."""
+    """How long a started client retries a broker that went away (restart, network cut)
+    before the call fails (see `outage_retry`)."""
     delivery_timeout_ms: int = 120_000
     """How long the producer keeps a record it cannot deliver yet (aiokafka also uses it as
     the producer's request timeout)."""
+
+    @property
+    def connect_retry(self) -> RetryPolicy:
+        """Connecting: 0.2 s doubling up to 10 s, so the default attempts fail a start that
+        no broker answers in about 20 s."""
+        return RetryPolicy(initial_wait=0.2, max_wait=10.0, attempts=self.connect_attempts)
+
+    @property
+    def outage_retry(self) -> RetryPolicy:
+        """A started client's calls: 0.2 s doubling up to 5 s, for `outage_timeout_s`."""
+        return RetryPolicy(initial_wait=0.2, max_wait=5.0, deadline=self.outage_timeout_s)
 
     def client_options(self) -> dict[str, Any]:
         """Keyword arguments shared by aiokafka's producer, consumer and admin client."""

@@ -16,17 +16,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential,
-)
 
 from bus.aiotasks import TaskOwner
 from bus.base import Bus, Record
 from bus.events import EventConsumer, events_to_end, publish_payload
+from bus.retry import RetryPolicy, retry_transient
 from bus.topics import Topics
 from schemas.cluster import ClusterSnapshot
 from schemas.events import (
@@ -63,21 +57,21 @@ _JOB_CONCURRENCY = 8
 """Jobs whose assignments are carried out at once (each job's events stay in order)."""
 CREATE_CONCURRENCY = 32
 """Pods (each with its Service) being created at once, over every job of the cluster."""
-_RETRY_FIRST = 0.2
-_RETRY_MAX = 5.0
-"""Bounds of the pause before work that a transient refusal interrupted is tried again."""
-_ADOPT_ATTEMPTS = 5
-"""Tries of the adoption pass before the worker gives up starting (its Deployment restarts
-it): running without that pass could leak the pods of jobs revoked while it was away."""
+WORK_RETRY = RetryPolicy(initial_wait=0.2, max_wait=5.0)
+"""Work that a transient refusal interrupted is tried again until it passes."""
+ADOPTION_RETRY = RetryPolicy(initial_wait=0.2, max_wait=5.0, attempts=5)
+"""The adoption pass gives up starting after these tries (its Deployment restarts the
+worker): running without that pass could leak the pods of jobs revoked while it was away."""
 
 
 def is_transient(error: BaseException) -> bool:
     return isinstance(error, BackendError) and error.transient
 
 
-def retry_wait(failures: int) -> float:
-    """Seconds to wait after the `failures`-th failure in a row: doubling, bounded."""
-    return min(_RETRY_MAX, _RETRY_FIRST * 2.0 ** min(max(failures - 1, 0), 10))
+class WorkStillQueued(BackendError):
+    """A catch-up pass left work queued (a job interrupted again meanwhile)."""
+
+    transient = True
 
 
 @dataclass
@@ -195,24 +189,22 @@ class Worker:
 
         A transient refusal is tried again a few times, then start fails; a refusal for good
         (an identity that may not list cluster-wide) means running without adoption."""
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(_ADOPT_ATTEMPTS),
-            wait=wait_exponential(multiplier=_RETRY_FIRST, max=_RETRY_MAX),
-            retry=retry_if_exception(is_transient),
-            before_sleep=self._adoption_retry,
-            reraise=True,
+        await retry_transient(
+            self._adopt_once,
+            ADOPTION_RETRY,
+            transient=is_transient,
+            on_retry=self._adoption_retry,
         )
-        async for attempt in retrying:
-            with attempt:
-                placements = await self._replay_assignments()
-                self._outdated_below = {
-                    **{uid: a.attempt for uid, a in placements.wanted.items()},
-                    **{uid: ended + 1 for uid, ended in placements.revoked.items()},
-                }
-                await self._reconcile(adopt=True, placements=placements)
 
-    def _adoption_retry(self, state: RetryCallState) -> None:
-        error = state.outcome.exception() if state.outcome is not None else None
+    async def _adopt_once(self) -> None:
+        placements = await self._replay_assignments()
+        self._outdated_below = {
+            **{uid: a.attempt for uid, a in placements.wanted.items()},
+            **{uid: ended + 1 for uid, ended in placements.revoked.items()},
+        }
+        await self._reconcile(adopt=True, placements=placements)
+
+    def _adoption_retry(self, error: BaseException, failures: int, wait: float) -> None:
         log.warning("cannot adopt yet, trying again: %s", error, extra=self._extra())
 
     async def _sweep(self) -> None:
@@ -353,27 +345,24 @@ class Worker:
             # Answered in a task of its own: reading logs never holds up assignments.
             self.log_requests.handle(event.data_as(LogsRequested))
             return
-        failures = 0
-        while True:
-            try:
-                await self._apply(event)
-                return
-            except BackendError as error:
-                if not error.transient or self._stopping:
-                    raise
-                failures += 1
-                wait = retry_wait(failures)
-                log.warning(
-                    "%s not carried out (try %d), trying again in %.1fs: %s",
-                    event.type,
-                    failures,
-                    wait,
-                    error,
-                    extra=self._extra(event.subject),
-                )
-                await asyncio.sleep(wait)
-                if self._stopping:
-                    raise
+
+        def retrying(error: BaseException, failures: int, wait: float) -> None:
+            log.warning(
+                "%s not carried out (try %d), trying again in %.1fs: %s",
+                event.type,
+                failures,
+                wait,
+                error,
+                extra=self._extra(event.subject),
+            )
+
+        await retry_transient(
+            lambda: self._apply(event),
+            WORK_RETRY,
+            transient=is_transient,
+            on_retry=retrying,
+            keep_trying=lambda: not self._stopping,
+        )
 
     async def _apply(self, event: CloudEvent) -> None:
         """One event of the assignments topic, under its job's lock."""
@@ -534,22 +523,32 @@ class Worker:
         has retried it first)."""
         while True:
             await self._interrupted.wait()
-            failures = 0
-            while self._queued or self._unprepared:
-                failures += 1
-                await asyncio.sleep(retry_wait(failures))
-                try:
-                    for uid in sorted(self._queued.keys() | self._unprepared):
-                        async with self._locks.job(uid):
-                            run = self.runs.get(uid)
-                            if run is None:
-                                self._queued.pop(uid, None)
-                                self._unprepared.discard(uid)
-                            else:
-                                await self._catch_up(run)
-                except BackendError as error:  # transient: _catch_up fails jobs refused for good
-                    log.warning("interrupted work still refused: %s", error, extra=self._extra())
+            if self._queued or self._unprepared:
+                await retry_transient(
+                    self._catch_up_all,
+                    WORK_RETRY,
+                    transient=is_transient,  # _catch_up fails jobs refused for good
+                    on_retry=self._still_refused,
+                    failed_with=WorkStillQueued("interrupted by a transient refusal"),
+                )
             self._interrupted.clear()
+
+    async def _catch_up_all(self) -> None:
+        """One pass over the work transient refusals left behind, job by job."""
+        for uid in sorted(self._queued.keys() | self._unprepared):
+            async with self._locks.job(uid):
+                run = self.runs.get(uid)
+                if run is None:
+                    self._queued.pop(uid, None)
+                    self._unprepared.discard(uid)
+                else:
+                    await self._catch_up(run)
+        if self._queued or self._unprepared:
+            raise WorkStillQueued("interrupted again meanwhile")
+
+    def _still_refused(self, error: BaseException, failures: int, wait: float) -> None:
+        if not isinstance(error, WorkStillQueued):
+            log.warning("interrupted work still refused: %s", error, extra=self._extra())
 
     async def _carry_out(self, run: JobRun, decision: Decision) -> None:
         """The steps of a decision, each taken off it once done: one that a transient refusal
@@ -628,23 +627,18 @@ class Worker:
         delay = (due - run.clock()).total_seconds()
         if delay > 0:
             await asyncio.sleep(delay)
-        failures = 0
-        while True:
-            try:
-                await self._fire(run)
-                return
-            except BackendError as error:
-                if not error.transient:
-                    raise
-                failures += 1
-                wait = retry_wait(failures)
-                log.warning(
-                    "timer not carried out, trying again in %.1fs: %s",
-                    wait,
-                    error,
-                    extra=self._extra(run.job.uid),
-                )
-                await asyncio.sleep(wait)
+
+        def retrying(error: BaseException, failures: int, wait: float) -> None:
+            log.warning(
+                "timer not carried out, trying again in %.1fs: %s",
+                wait,
+                error,
+                extra=self._extra(run.job.uid),
+            )
+
+        await retry_transient(
+            lambda: self._fire(run), WORK_RETRY, transient=is_transient, on_retry=retrying
+        )
 
     async def _fire(self, run: JobRun) -> None:
         uid = run.job.uid

@@ -21,13 +21,13 @@ from workers.backends.kube_client import (
     KubeApi,
     KubeError,
     KubeForbidden,
+    KubeRetryPolicy,
     KubeUnavailable,
-    RetryPolicy,
     connect,
     retry_after_seconds,
 )
 
-_FAST = RetryPolicy(attempts=3, initial_wait=0.01, max_wait=0.05, max_retry_after=2.0)
+_FAST = KubeRetryPolicy(attempts=3, initial_wait=0.01, max_wait=0.05, max_retry_after=2.0)
 _POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}
 Answer = Callable[[int], web.Response]
 """The server's reply to its n-th request (0-based)."""
@@ -83,7 +83,7 @@ async def server() -> AsyncIterator[ScriptedServer]:
         await runner.cleanup()
 
 
-async def _api(tmp_path: Path, port: int, retry: RetryPolicy = _FAST) -> KubeApi:
+async def _api(tmp_path: Path, port: int, retry: KubeRetryPolicy = _FAST) -> KubeApi:
     client, identity = await connect(_kubeconfig(tmp_path / "kubeconfig", port), "scripted")
     return KubeApi(client, cluster="scripted", identity=identity, retry=retry)
 
@@ -133,7 +133,7 @@ async def test_a_retry_after_beyond_the_cap_is_capped(
         if n == 0
         else web.json_response(_POD, status=201)
     )
-    capped = RetryPolicy(attempts=2, max_retry_after=0.2)
+    capped = KubeRetryPolicy(attempts=2, max_retry_after=0.2)
     api = await _api(tmp_path, server.port, capped)
     try:
         started = time.monotonic()
@@ -172,7 +172,7 @@ async def test_a_403_just_after_an_outage_is_retried_as_the_apiserver_warms_up(
         if n in (1, 2)
         else web.json_response({"items": []})
     )
-    policy = RetryPolicy(attempts=5, initial_wait=0.01, max_wait=0.05)
+    policy = KubeRetryPolicy(attempts=5, initial_wait=0.01, max_wait=0.05)
     api = await _api(tmp_path, server.port, policy)
     try:
         assert await api.call("list", "nodes", None, api.core.list_node) == {"items": []}
@@ -189,7 +189,7 @@ async def test_a_403_that_outlasts_the_retries_after_an_outage_is_transient_then
         if n == 0
         else _status(403, "Forbidden", "no")
     )
-    policy = RetryPolicy(attempts=3, initial_wait=0.01, max_wait=0.05, forbidden_grace=0.5)
+    policy = KubeRetryPolicy(attempts=3, initial_wait=0.01, max_wait=0.05, forbidden_grace=0.5)
     api = await _api(tmp_path, server.port, policy)
     try:
         with pytest.raises(KubeUnavailable, match=r"^tester may not list nodes") as raised:

@@ -24,7 +24,7 @@ from workers.backends.kube_client import (
     KubeError,
     KubeForbidden,
     KubeNotFound,
-    RetryPolicy,
+    KubeRetryPolicy,
     connect,
 )
 from workers.backends.kube_nodes import NodeCache
@@ -74,7 +74,7 @@ class KubeBackend(Backend):
         cluster: str,
         context: str | None = None,
         namespaces: Sequence[str] | None = None,
-        retry: RetryPolicy | None = None,
+        retry: KubeRetryPolicy | None = None,
         watch_timeout_seconds: int = 300,
     ) -> None:
         """`namespaces` is the allow-list the worker serves (None: all); writes stay inside it.
@@ -84,7 +84,7 @@ class KubeBackend(Backend):
         self.context = context
         self.cluster = cluster
         self.namespaces = tuple(namespaces) if namespaces is not None else None
-        self.retry = retry or RetryPolicy()
+        self.retry = retry or KubeRetryPolicy()
         self.watch_timeout_seconds = watch_timeout_seconds
         self.watches: list[PodWatch] = []
         self.observer = PodObserver()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import random
 import re
 import ssl
 import time
@@ -21,9 +20,9 @@ import aiohttp
 from aiohttp.helpers import get_env_proxy_for_url
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 from yarl import URL
 
+from bus.retry import RetryPolicy, retry_transient
 from workers.backends.base import BackendError
 from workers.metrics import KUBE_API, KubeApiMetrics
 
@@ -52,7 +51,7 @@ class KubeError(BackendError):
 
 class KubeForbidden(KubeError):
     """403: the identity lacks the RBAC permission; retrying cannot help (unless the apiserver
-    is just back from an outage: see `RetryPolicy.forbidden_grace`)."""
+    is just back from an outage: see `KubeRetryPolicy.forbidden_grace`)."""
 
 
 class KubeNotFound(KubeError):
@@ -80,10 +79,12 @@ class KubeUnavailable(KubeError):
 
 
 @dataclass(frozen=True)
-class RetryPolicy:
-    attempts: int = 6
-    initial_wait: float = 0.2
-    max_wait: float = 5.0
+class KubeRetryPolicy(RetryPolicy):
+    """The house's retry policy (`bus.retry`) with the apiserver's own limits: six tries in
+    all, and up to one initial wait of jitter."""
+
+    attempts: int | None = 6
+    jitter: float = 1.0
     max_retry_after: float = 30.0
     """The longest Retry-After we honour; a server asking for more gets this."""
     request_timeout: float = 30.0
@@ -234,7 +235,7 @@ class KubeApi:
         *,
         cluster: str,
         identity: str = "this worker's identity",
-        retry: RetryPolicy | None = None,
+        retry: KubeRetryPolicy | None = None,
         metrics: KubeApiMetrics | None = None,
     ) -> None:
         self.api_client = api_client
@@ -242,7 +243,7 @@ class KubeApi:
         self.rbac: Any = k8s.RbacAuthorizationV1Api(api_client)
         self.cluster = cluster
         self.identity = identity
-        self.retry = retry or RetryPolicy()
+        self.retry = retry or KubeRetryPolicy()
         self.requests = 0
         """Requests sent, retries included (benchmarks report API requests per job)."""
         self.retries = 0
@@ -290,38 +291,13 @@ class KubeApi:
         **kwargs: Any,
     ) -> _Answer:
         """`request`, tried again after a KubeUnavailable up to `retry.attempts` in all."""
-        try:
-            # Tried once bare first: every create goes through here, and building a retrier
-            # per request cost more than the request's own work in this process.
-            return await request(verb, resource, namespace, method, *args, **kwargs)
-        except KubeUnavailable as error:
-            if self.retry.attempts <= 1:
-                raise
-            first = error
-        self._note_retry(first, 1, wait := self._wait(first, 1))
-        await asyncio.sleep(wait)
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.retry.attempts - 1),
-            wait=self._tenacity_wait,
-            retry=retry_if_exception_type(KubeUnavailable),
-            before_sleep=self._before_sleep,
-            reraise=True,
+        return await retry_transient(
+            lambda: request(verb, resource, namespace, method, *args, **kwargs),
+            self.retry,
+            transient=lambda error: isinstance(error, KubeUnavailable),
+            wait=self._wait,
+            on_retry=self._note_retry,
         )
-        async for attempt in retrying:
-            with attempt:
-                return await request(verb, resource, namespace, method, *args, **kwargs)
-        raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover
-
-    def _tenacity_wait(self, state: RetryCallState) -> float:
-        error = state.outcome.exception() if state.outcome is not None else None
-        assert isinstance(error, KubeUnavailable)
-        return self._wait(error, state.attempt_number + 1)
-
-    def _before_sleep(self, state: RetryCallState) -> None:
-        error = state.outcome.exception() if state.outcome is not None else None
-        assert isinstance(error, KubeUnavailable)
-        wait = state.next_action.sleep if state.next_action is not None else 0.0
-        self._note_retry(error, state.attempt_number + 1, wait)
 
     async def once(
         self,
@@ -446,16 +422,14 @@ class KubeApi:
         detail = str(exc) or type(exc).__name__
         return KubeUnavailable(f"{verb} {_target(resource, namespace)}: {detail}")
 
-    def _wait(self, error: KubeUnavailable, attempt: int) -> float:
-        """The pause after the `attempt`-th failure: what Retry-After asks (bounded), else
-        exponential from initial_wait up to max_wait, with up to initial_wait of jitter."""
-        if error.retry_after is not None:
+    def _wait(self, error: BaseException, failures: int) -> float:
+        """The pause after the `failures`-th failure: what Retry-After asks (bounded), else
+        the policy's backoff."""
+        if isinstance(error, KubeUnavailable) and error.retry_after is not None:
             return min(error.retry_after, self.retry.max_retry_after)
-        policy = self.retry
-        backoff = min(policy.max_wait, policy.initial_wait * 2.0 ** min(attempt - 1, 30))
-        return backoff + random.uniform(0, policy.initial_wait)
+        return self.retry.wait(failures)
 
-    def _note_retry(self, error: KubeUnavailable, attempt: int, wait: float) -> None:
+    def _note_retry(self, error: BaseException, attempt: int, wait: float) -> None:
         self.retries += 1
         self.metrics.retries.labels(self.cluster).inc()
         log.warning(
@@ -465,8 +439,3 @@ class KubeApi:
             error,
             extra={"cluster": self.cluster},
         )
-
-
-async def sleep_backoff(attempt: int, policy: RetryPolicy) -> None:
-    """Bounded exponential pause for loops that retry forever (watches)."""
-    await asyncio.sleep(min(policy.max_wait, policy.initial_wait * 2 ** min(attempt, 10)))

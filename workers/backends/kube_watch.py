@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
 
+from bus.retry import retry_transient
 from workers.backends.base import PodObservation, PodPhase
 from workers.backends.kube_capacity import job_uid_of
 from workers.backends.kube_client import (
@@ -21,7 +22,6 @@ from workers.backends.kube_client import (
     KubeForbidden,
     KubeGone,
     classify,
-    sleep_backoff,
 )
 from workers.rendering import DEFAULT_CONTAINER_ANNOTATION
 
@@ -37,6 +37,12 @@ _UNSCHEDULABLE = "Unschedulable"
 _NOT_BACKING_OFF = ("", "ContainerCreating", "PodInitializing")
 # What ends one watch stream without ending the watching: outages, bad lines, server errors.
 _INTERRUPTIONS: tuple[type[BaseException], ...] = (KubeError, ValueError, *CONNECTION_ERRORS)
+
+
+def _goes_on_after(error: BaseException) -> bool:
+    """Whether the watching goes on after this error (a refusal for good ends it)."""
+    return isinstance(error, _INTERRUPTIONS) and not isinstance(error, KubeForbidden)
+
 
 PodHandler = Callable[[str, Mapping[str, Any]], Awaitable[None]]
 """Called with the event type (ADDED, MODIFIED, DELETED, or LISTED during a (re)list)."""
@@ -294,26 +300,32 @@ class PodWatch:
 
     async def run(self) -> None:
         """Watch until cancelled; `list()` must have run (start() does it, so that errors
-        such as a 403 surface there rather than in a background task)."""
-        failures = 0
+        such as a 403 surface there rather than in a background task). An interrupted watch
+        is started again with the API's backoff, which begins again after a watch that ended
+        as the server meant it to."""
         while True:
-            try:
-                if not self.resource_version:
-                    await self.list()
-                await self._watch_once()
-                failures = 0
-            except KubeGone as gone:
-                self.relists += 1
-                self.resource_version = None
-                log.info("watch expired (%s); listing again", gone, extra=self._extra)
-            except KubeForbidden:
-                raise
-            except _INTERRUPTIONS as exc:
-                if isinstance(exc, CONNECTION_ERRORS):
-                    self.api.note_outage()  # a broken stream: the apiserver may be restarting
-                failures += 1
-                log.warning("%s watch interrupted: %s", self.resource, exc, extra=self._extra)
-                await sleep_backoff(failures, self.api.retry)
+            await retry_transient(
+                self._watch_round,
+                replace(self.api.retry, attempts=None),
+                transient=_goes_on_after,
+                on_retry=self._interrupted,
+            )
+
+    async def _watch_round(self) -> None:
+        """A (re)list when there is no resourceVersion to go on, then one watch stream."""
+        try:
+            if not self.resource_version:
+                await self.list()
+            await self._watch_once()
+        except KubeGone as gone:
+            self.relists += 1
+            self.resource_version = None
+            log.info("watch expired (%s); listing again", gone, extra=self._extra)
+
+    def _interrupted(self, error: BaseException, failures: int, wait: float) -> None:
+        if isinstance(error, CONNECTION_ERRORS):
+            self.api.note_outage()  # a broken stream: the apiserver may be restarting
+        log.warning("%s watch interrupted: %s", self.resource, error, extra=self._extra)
 
     async def _watch_once(self) -> None:
         method, args = self._list_method()
