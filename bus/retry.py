@@ -52,6 +52,10 @@ class RetryPolicy:
         backoff = min(self.max_wait, self.initial_wait * self.multiplier**exponent)
         return backoff + random.uniform(0.0, self.jitter * self.initial_wait)
 
+    def unlimited(self) -> RetryPolicy:
+        """The same pauses with no limit on tries (for loops that go on until cancelled)."""
+        return RetryPolicy(self.initial_wait, self.max_wait, self.multiplier, self.jitter)
+
     def stop(self) -> stop_base:
         """The policy's limits as a tenacity stop condition."""
         limits: list[stop_base] = []

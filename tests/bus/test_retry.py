@@ -62,6 +62,11 @@ def test_jitter_adds_up_to_that_many_initial_waits_and_varies() -> None:
     assert {RetryPolicy(jitter=0.0).wait(2) for _ in range(50)} == {0.2 * 2.0}
 
 
+def test_unlimited_keeps_the_pauses_and_drops_the_limits() -> None:
+    policy = RetryPolicy(0.1, 2.0, 3.0, 0.5, attempts=4, deadline=9.0)
+    assert policy.unlimited() == RetryPolicy(0.1, 2.0, 3.0, 0.5)
+
+
 async def test_a_call_that_passes_is_called_once() -> None:
     call = Flaky(0)
     assert await retry_transient(call, _FAST, transient=_transient) == 1

@@ -83,7 +83,7 @@ class KubeRetryPolicy(RetryPolicy):
     """The house's retry policy (`bus.retry`) with the apiserver's own limits: six tries in
     all, and up to one initial wait of jitter."""
 
-    attempts: int | None = 6
+    attempts: int = 6
     jitter: float = 1.0
     max_retry_after: float = 30.0
     """The longest Retry-After we honour; a server asking for more gets this."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -306,7 +306,7 @@ class PodWatch:
         while True:
             await retry_transient(
                 self._watch_round,
-                replace(self.api.retry, attempts=None),
+                self.api.retry.unlimited(),
                 transient=_goes_on_after,
                 on_retry=self._interrupted,
             )
