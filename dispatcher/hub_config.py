@@ -9,6 +9,9 @@ from dispatcher.placement_config import PlacementConfig
 
 @dataclass
 class HubConfig:
+    """A field named as a trainhub setting takes that setting (`TrainhubSettings.hub_config`):
+    adding one is the field here, the setting, and its Helm value."""
+
     source: str = "trainhub/hub"
     max_heartbeat_age: float = 30.0
     placement: PlacementConfig = field(default_factory=PlacementConfig)

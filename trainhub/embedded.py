@@ -3,28 +3,32 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from bus.base import Bus
 from bus.memory import MemoryBus
 from bus.topics import Topics
-from dispatcher.hub import Hub, HubConfig
-from dispatcher.placement_config import PlacementConfig
+from dispatcher.hub import Hub
 from schemas.cluster import ClusterPolicy
 from schemas.events import JobStatusUpdate
 from trainhub.producer import follow_status, submit_document
+from trainhub.settings import TrainhubSettings
 from workers.backends.base import Backend, PodLogsUnavailable
-from workers.backends.local import LocalBackend
-from workers.backends.sim import SimBackend
+from workers.backends.registry import (
+    BACKENDS,
+    BackendRequest,
+    backend_kind,
+    declared_capacity_names,
+    spoken,
+)
 from workers.cluster_spec import ClusterSpec, parse_cluster_spec
-from workers.worker import Worker, WorkerConfig
+from workers.worker import Worker
 
 
 @dataclass
@@ -33,22 +37,36 @@ class EmbeddedOptions:
     backend: str = "local"
     heartbeat_interval: float = 1.0
     max_heartbeat_age: float = 10.0
-    placement: PlacementConfig = field(default_factory=PlacementConfig)
-    exclusion_seconds: float = 300.0
-    waiting_status_interval: float = 30.0
+    """The embedded runner's own timings (a deployment's are slower); they override
+    `settings`'."""
+    settings: TrainhubSettings = field(default_factory=TrainhubSettings)
+    """Every other hub and worker setting (placement, exclusion, waiting status...)."""
     workdir: Path = field(default_factory=Path.cwd)
     logs_dir: Path | None = None
     sim_time_scale: float = 1.0
 
+    def effective_settings(self) -> TrainhubSettings:
+        return self.settings.model_copy(
+            update={
+                "heartbeat_interval": self.heartbeat_interval,
+                "max_heartbeat_age": self.max_heartbeat_age,
+            }
+        )
+
 
 def make_backend(spec: ClusterSpec, options: EmbeddedOptions, logs_root: Path) -> Backend:
-    if options.backend == "sim":
-        # Only where asked: a sim pod's log is a line per phase, kept in memory anyway.
-        logs = logs_root / spec.name if options.logs_dir is not None else None
-        return SimBackend(spec.pool(), time_scale=options.sim_time_scale, logs_dir=logs)
-    if options.backend == "local":
-        return LocalBackend(spec.pool(), workdir=options.workdir, logs_dir=logs_root / spec.name)
-    raise ValueError(f"unknown backend {options.backend!r} (embedded runs use local or sim)")
+    kind = BACKENDS.get(options.backend)
+    if kind is None or not kind.declared_capacity:
+        choices = spoken(declared_capacity_names())
+        raise ValueError(f"unknown backend {options.backend!r} (embedded runs use {choices})")
+    request = BackendRequest(
+        spec,
+        logs_root=logs_root,
+        keep_logs=options.logs_dir is not None,
+        workdir=options.workdir,
+        time_scale=options.sim_time_scale,
+    )
+    return kind.build(request)
 
 
 def make_worker_backend(
@@ -62,24 +80,21 @@ def make_worker_backend(
     namespaces: list[str] | None = None,
 ) -> Backend:
     """The backend of a standalone `trainhub worker` process."""
-    if kind not in ("kube", "local", "sim"):
-        raise ValueError(f"unknown backend {kind!r}: kube, local or sim")
-    if kind == "kube":
-        if kubeconfig is None:
-            raise ValueError("the kube backend needs --kubeconfig (and usually --context)")
-        kube = importlib.import_module("workers.backends.kube")
-        return cast(
-            Backend,
-            kube.KubeBackend(
-                kubeconfig=kubeconfig, context=context, cluster=cluster, namespaces=namespaces
-            ),
-        )
-    spec = parse_cluster_spec(f"{cluster}:{capacity}")
-    if spec.policy != ClusterPolicy():
-        raise ValueError("--capacity: a worker's pods are allowed privileges by --allow NAME")
-    logs = logs_dir or Path.home() / ".cache" / "trainhub" / "logs"
-    options = EmbeddedOptions(clusters=[spec], backend=kind, logs_dir=logs_dir)
-    return make_backend(spec, options, logs)
+    chosen = backend_kind(kind)
+    spec = ClusterSpec(name=cluster)
+    if chosen.declared_capacity:
+        spec = parse_cluster_spec(f"{cluster}:{capacity}")
+        if spec.policy != ClusterPolicy():
+            raise ValueError("--capacity: a worker's pods are allowed privileges by --allow NAME")
+    request = BackendRequest(
+        spec,
+        logs_root=logs_dir or Path.home() / ".cache" / "trainhub" / "logs",
+        keep_logs=logs_dir is not None,
+        kubeconfig=kubeconfig,
+        context=context,
+        namespaces=namespaces,
+    )
+    return chosen.build(request)
 
 
 class Embedded:
@@ -107,18 +122,8 @@ class Embedded:
             self._tmp = tempfile.TemporaryDirectory(prefix="trainhub-logs-")
             logs_root = Path(self._tmp.name)
         self.logs_root = logs_root
-        self.hub = Hub(
-            self.bus,
-            self.topics,
-            HubConfig(
-                max_heartbeat_age=options.max_heartbeat_age,
-                lost_after=options.max_heartbeat_age,
-                placement=options.placement,
-                exclusion_seconds=options.exclusion_seconds,
-                waiting_status_interval=options.waiting_status_interval,
-            ),
-            registry=self.registry,
-        )
+        settings = options.effective_settings()
+        self.hub = Hub(self.bus, self.topics, settings.hub_config(), registry=self.registry)
         if backends is None:
             backends = {s.name: make_backend(s, options, logs_root) for s in options.clusters}
         specs = {s.name: s for s in options.clusters}
@@ -126,9 +131,8 @@ class Embedded:
             Worker(
                 self.bus,
                 backend,
-                WorkerConfig(
-                    cluster=name,
-                    heartbeat_interval=options.heartbeat_interval,
+                settings.worker_config(
+                    name,
                     labels=specs[name].labels if name in specs else {},
                     namespaces=(namespaces or {}).get(name),
                     policy=specs[name].policy if name in specs else ClusterPolicy(),

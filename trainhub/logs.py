@@ -104,7 +104,9 @@ class ShownAsStatus(logging.Filter):
         self.jobs_topic = jobs_topic
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.name == "dispatcher.hub" and str(record.msg).startswith("rejected invalid job"):
+        # Whichever of the hub's modules rejects it (the intake, since the hub was split).
+        hub = record.name == "dispatcher" or record.name.startswith("dispatcher.")
+        if hub and str(record.msg).startswith("rejected invalid job"):
             return False
         return not (
             record.name == "bus.dead_letters" and getattr(record, "topic", None) == self.jobs_topic

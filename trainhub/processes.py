@@ -15,13 +15,13 @@ from typing import Any
 from prometheus_client import CollectorRegistry, start_http_server
 
 from bus.base import Bus
-from dispatcher.hub import Hub, HubConfig
-from dispatcher.placement_config import PlacementConfig
+from dispatcher.hub import Hub
+from dispatcher.hub_config import HubConfig
 from schemas.cluster import ClusterPolicy
 from trainhub.bus_factory import make_bus
 from trainhub.settings import TrainhubSettings
 from workers.backends.base import Backend
-from workers.worker import Worker, WorkerConfig
+from workers.worker import Worker
 
 log = logging.getLogger(__name__)
 
@@ -114,13 +114,7 @@ def tune_gc() -> None:
 
 def hub_config(settings: TrainhubSettings) -> HubConfig:
     """The hub's configuration from the settings (ValueError: invalid placement settings)."""
-    return HubConfig(
-        max_heartbeat_age=settings.max_heartbeat_age,
-        lost_after=settings.max_heartbeat_age,
-        placement=PlacementConfig.from_dict(settings.placement),
-        exclusion_seconds=settings.exclusion_seconds,
-        waiting_status_interval=settings.waiting_status_interval,
-    )
+    return settings.hub_config()
 
 
 async def run_hub(settings: TrainhubSettings) -> None:
@@ -157,11 +151,8 @@ async def run_worker(
     worker = Worker(
         bus,
         backend,
-        WorkerConfig(
-            cluster=cluster,
-            heartbeat_interval=settings.heartbeat_interval,
-            unschedulable_timeout=settings.unschedulable_timeout,
-            overdue_after=settings.heartbeat_overdue_after,
+        settings.worker_config(
+            cluster,
             labels=labels,
             namespaces=namespaces,
             weight=weight,

@@ -48,3 +48,11 @@ class JobTimeoutError(TrainHubError, TimeoutError):
 
 class LogsUnavailableError(TrainHubError):
     """The job's logs cannot be read (not placed yet, or its worker did not answer)."""
+
+
+def looked_for(name: str, namespace: str) -> str:
+    """How a not-found error names the job a lookup of `name` searched for: a uid or
+    NAMESPACE/NAME as given, a bare NAME in `namespace` (or taken as a uid)."""
+    if "/" in name:
+        return repr(name)
+    return f"'{namespace}/{name}' (nor of uid {name!r})"

@@ -7,6 +7,7 @@ the file, the file over defaults.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,7 +17,14 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bus.kafka_settings import KafkaSettings
 from bus.topics import Topics
+from dispatcher.hub_config import HubConfig
+from dispatcher.placement_config import PlacementConfig
 from schemas.errors import describe_validation_error
+from workers.worker_config import WorkerConfig
+
+_SETTING_OF = {"lost_after": "max_heartbeat_age", "overdue_after": "heartbeat_overdue_after"}
+"""The setting a config field takes its value from where their names differ; every other
+field of HubConfig and WorkerConfig named as a setting takes that setting."""
 
 
 class TrainhubSettings(BaseSettings):
@@ -93,6 +101,26 @@ class TrainhubSettings(BaseSettings):
         return Topics(
             prefix=self.topic_prefix, partitions=self.partitions, replication=self.replication
         )
+
+    def hub_config(self) -> HubConfig:
+        """The hub's configuration (ValueError: invalid placement settings)."""
+        values = self._values_of(HubConfig)
+        values["placement"] = PlacementConfig.from_dict(self.placement)
+        return HubConfig(**values)
+
+    def worker_config(self, cluster: str, **per_cluster: Any) -> WorkerConfig:
+        """A worker's configuration: the settings, and what `per_cluster` says of its cluster
+        (labels, namespaces, weight, cost, policy)."""
+        return WorkerConfig(cluster=cluster, **{**self._values_of(WorkerConfig), **per_cluster})
+
+    def _values_of(self, config: type[Any]) -> dict[str, Any]:
+        """The settings of the fields of dataclass `config` that settings give."""
+        values: dict[str, Any] = {}
+        for item in dataclasses.fields(config):
+            setting = _SETTING_OF.get(item.name, item.name)
+            if setting in type(self).model_fields:
+                values[item.name] = getattr(self, setting)
+        return values
 
 
 def load_settings(config: Path | None = None, **flags: Any) -> TrainhubSettings:

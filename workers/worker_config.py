@@ -12,6 +12,9 @@ _OVERDUE_SLACK = 2.0
 
 @dataclass
 class WorkerConfig:
+    """A field named as a trainhub setting takes that setting (`TrainhubSettings.worker_config`);
+    the cluster's own (labels, namespaces, weight, cost, policy) come with the worker."""
+
     cluster: str
     heartbeat_interval: float = 5.0
     labels: dict[str, str] | None = None

@@ -12,8 +12,8 @@ from collections.abc import AsyncGenerator
 
 import pytest
 
-from trainhub.sdk import _LoopThread
 from trainhub.sdk_errors import ClientClosedError
+from trainhub.sdk_loop import LoopThread
 
 
 async def _nothing() -> None:
@@ -21,7 +21,7 @@ async def _nothing() -> None:
 
 
 def test_closing_ends_the_calls_other_threads_wait_in() -> None:
-    loop = _LoopThread()
+    loop = LoopThread()
     outcome: list[BaseException] = []
 
     def call() -> None:
@@ -42,7 +42,7 @@ def test_closing_ends_the_calls_other_threads_wait_in() -> None:
 
 
 def test_closing_closes_a_stream_left_open() -> None:
-    loop = _LoopThread()
+    loop = LoopThread()
     closed = threading.Event()
 
     async def numbers() -> AsyncGenerator[int, None]:
@@ -59,7 +59,7 @@ def test_closing_closes_a_stream_left_open() -> None:
 
 
 def test_an_interrupted_stream_raises_the_interrupt_and_closes_its_generator() -> None:
-    loop = _LoopThread()
+    loop = LoopThread()
     closed = threading.Event()
 
     async def slow() -> AsyncGenerator[int, None]:

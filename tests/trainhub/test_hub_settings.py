@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dispatcher.hub import HubConfig
-from trainhub import cli
+from trainhub import cli, cli_operate
 from trainhub.processes import hub_config
 from trainhub.settings import TrainhubSettings, load_settings
 
@@ -39,7 +39,7 @@ def test_trainhub_hub_takes_them_as_flags(monkeypatch: pytest.MonkeyPatch) -> No
     async def run_hub(settings: TrainhubSettings) -> None:
         seen.append(hub_config(settings))
 
-    monkeypatch.setattr(cli, "run_hub", run_hub)
+    monkeypatch.setattr(cli_operate, "run_hub", run_hub)
     args = ["hub", "--bootstrap", "127.0.0.1:1", "--exclusion-seconds", "12.5"]
     result = CliRunner().invoke(cli.app, [*args, "--waiting-status-interval", "3"])
     assert result.exit_code == 0, result.output
@@ -56,7 +56,7 @@ def test_numeric_flags_arrive_as_numbers(monkeypatch: pytest.MonkeyPatch) -> Non
     async def run_hub(settings: TrainhubSettings) -> None:
         seen.append(settings)
 
-    monkeypatch.setattr(cli, "run_hub", run_hub)
+    monkeypatch.setattr(cli_operate, "run_hub", run_hub)
     args = ["hub", "--bootstrap", "127.0.0.1:1", "--metrics-port", "9100", "--partitions", "6"]
     args += ["--heartbeat-overdue-after", "1.5", "--max-heartbeat-age", "20"]
     result = CliRunner().invoke(cli.app, args)

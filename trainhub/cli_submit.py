@@ -1,0 +1,139 @@
+"""`trainhub submit`: publish jobs to the bus and, with --watch, follow them until they end;
+the reading of job files and the following that `trainhub up` shares."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from schemas.errors import ContractError
+from schemas.events import JobStatusUpdate
+from schemas.job_parsing import load_documents, read_text
+from schemas.status import ALREADY_EXISTS, JobPhase
+from trainhub.bus_factory import make_bus
+from trainhub.cli_help import examples
+from trainhub.cli_live import LiveState, LiveView, want_live
+from trainhub.cli_output import console, exit_on_problems, fail, require_bootstrap
+from trainhub.cli_settings import with_settings
+from trainhub.console_view import StatusPrinter
+from trainhub.job_checks import read_job_files
+from trainhub.producer import follow_submissions, submit_with_id
+from trainhub.settings import TrainhubSettings
+
+LIVE_HELP = "A live table of jobs and clusters (default: when stdout is a terminal)."
+
+
+def register(app: typer.Typer) -> None:
+    """Add `submit` to the `trainhub` command."""
+    app.command(
+        epilog=examples(
+            "trainhub submit examples/jax-mnist-spmd/jaxjob.yaml --watch",
+            "trainhub submit a.yaml b.yaml --bootstrap localhost:9092",
+            "trainhub submit job.yaml --watch --no-live --topic-prefix demo",
+        )
+    )(submit)
+
+
+@with_settings
+def submit(
+    settings: TrainhubSettings,
+    job_files: Annotated[list[Path], typer.Argument(help="Job YAML/JSON files.")],
+    watch: Annotated[
+        bool, typer.Option(help="Follow the jobs' status; exit 0 only if all Succeeded.")
+    ] = False,
+    validate: Annotated[
+        bool, typer.Option(help="Refuse invalid jobs here instead of letting the hub reject them.")
+    ] = True,
+    live: Annotated[
+        bool | None, typer.Option("--live/--no-live", help="With --watch: " + LIVE_HELP)
+    ] = None,
+) -> None:
+    """Publish jobs to the bus (the jobs topic).
+
+    With --watch, a live view of the jobs and the clusters on a terminal, one line per status
+    change when piped; exit 0 only if every job Succeeded, else 1."""
+    require_bootstrap(settings)
+    if validate:  # every bad document named by file and position, and none sent
+        exit_on_problems(read_job_files(job_files))
+    try:
+        documents = [d for f in job_files for d in job_documents(f)]
+    except ContractError as exc:
+        raise fail(str(exc)) from None
+    raise typer.Exit(asyncio.run(_submit(settings, documents, watch, want_live(live))))
+
+
+def job_documents(path: Path) -> list[dict[str, Any]]:
+    docs = load_documents(read_text(path), str(path))
+    bad = [d for d in docs if not isinstance(d, dict)]
+    if bad or not docs:
+        raise ContractError(f"{path}: expected job documents (mappings)")
+    return docs
+
+
+async def _submit(
+    settings: TrainhubSettings, documents: list[dict[str, Any]], watch: bool, live: bool
+) -> int:
+    bus = make_bus(settings)
+    topics = settings.topics()
+    await bus.start()
+    try:
+        await bus.create_topics(topics.shared_specs())
+        # Bound the read to recent history; the submission ids pick out our runs.
+        since = int(time.time() * 1000) - 60_000
+        submissions: dict[str, str] = {}
+        uids = {}
+        submitted: list[tuple[str, dict[str, Any]]] = []
+        for document in documents:
+            uid, submissions[uid] = await submit_with_id(bus, topics, document)
+            submitted.append((uid, document))
+            uids[uid] = (
+                f"{document['metadata'].get('namespace', 'default')}/{document['metadata']['name']}"
+            )
+            console.print(f"submitted {uids[uid]} (uid {uid})", highlight=False)
+        if not watch:
+            return 0
+        final: dict[str, JobStatusUpdate] = {}
+        updates = follow_submissions(bus, topics, submissions, from_time_ms=since)
+        if live:
+            state = LiveState(
+                title=f"trainhub submit --watch: {len(uids)} jobs",
+                max_heartbeat_age=settings.max_heartbeat_age,
+            )
+            for uid, document in submitted:
+                state.expect(uid, document, datetime.now(UTC))
+            async with LiveView(console, state, bus, topics) as view:
+                await follow_until_finished(updates, len(uids), final, view.status)
+        else:
+            await follow_until_finished(updates, len(uids), final, StatusPrinter(console))
+        return 0 if all_succeeded(final) else 1
+    finally:
+        await bus.close()
+
+
+def all_succeeded(final: dict[str, JobStatusUpdate]) -> bool:
+    # A refused duplicate carries the existing job's phase: nothing ran for this call.
+    return all(u.phase == JobPhase.SUCCEEDED and u.reason != ALREADY_EXISTS for u in final.values())
+
+
+async def follow_until_finished(
+    updates: AsyncIterator[JobStatusUpdate],
+    count: int,
+    final: dict[str, JobStatusUpdate],
+    show: Callable[[JobStatusUpdate], None],
+    held_is_final: bool = False,
+) -> None:
+    """Show updates until `count` jobs finished (or were refused, or, `held_is_final`, are
+    held suspended), keeping each last one."""
+    async for update in updates:
+        show(update)
+        held = held_is_final and update.phase == JobPhase.SUSPENDED
+        if update.phase.finished or update.reason == ALREADY_EXISTS or held:
+            final[update.uid] = update
+            if len(final) == count:
+                return
