@@ -149,7 +149,7 @@ async def test_deadline_timer_goes_when_the_job_finishes_first() -> None:
     async with running(sim()) as h:
         uid = await h.assign(jax("quick", duration="0.1s", run_policy={"activeDeadlineSeconds": 1}))
         await h.until_phase(uid, JobPhase.SUCCEEDED)
-        assert h.worker._timers == {}
+        assert h.worker._timers.armed == {}
         await asyncio.sleep(1.2)
         assert h.phases(uid)[-1] == JobPhase.SUCCEEDED
 

@@ -7,6 +7,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
+from bus.retry import RetryPolicy
 from schemas.cluster import NodeSnapshot
 from workers.network import ClusterNetwork, Network
 from workers.rendering import AccessPlan, ConfigMapPlan, PodPlan, ServicePlan
@@ -22,6 +23,15 @@ class BackendError(RuntimeError):
     (forbidden, an invalid object, a missing namespace)."""
 
     transient: ClassVar[bool] = False
+
+
+BACKEND_RETRY = RetryPolicy(initial_wait=0.2, max_wait=5.0)
+"""How a worker tries again the work a transient refusal interrupted: until it passes."""
+
+
+def is_transient(error: BaseException) -> bool:
+    """A refusal of the cluster that may pass when the request is made again later."""
+    return isinstance(error, BackendError) and error.transient
 
 
 class PodLogsUnavailable(BackendError):

@@ -1,0 +1,144 @@
+"""The clocks of a worker's jobs: activeDeadlineSeconds while a job is active and
+ttlSecondsAfterFinished once it finished, one timer per job, and the unschedulable timeout
+after which a job whose pods find no node is handed back to be placed elsewhere."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from bus.aiotasks import TaskOwner
+from bus.retry import retry_transient
+from workers.backends.base import BACKEND_RETRY, Backend, BackendError, is_transient
+from workers.job_locks import JobLocks
+from workers.job_run import Decision, JobRun
+from workers.worker_config import WorkerConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Timer:
+    due: datetime
+    task: asyncio.Task[None]
+
+
+class RunTimers:
+    """`arm` sets a run's next timer (after each of its decisions); when one is due, the run's
+    deadline decision is carried out, or its objects deleted once its TTL ran out.
+    `run_unschedulable` hands back, every few seconds, the jobs unschedulable for too long."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        runs: dict[str, JobRun],
+        *,
+        locks: JobLocks,
+        tasks: TaskOwner,
+        config: WorkerConfig,
+        decide: Callable[[JobRun, Decision], Awaitable[None]],
+        forget: Callable[[JobRun], None],
+        hand_back: Callable[[JobRun, str], Awaitable[None]],
+    ) -> None:
+        self._backend = backend
+        self._runs = runs
+        self._locks = locks
+        self._tasks = tasks
+        self._config = config
+        self._decide = decide
+        self._forget = forget
+        self._hand_back = hand_back
+        self.armed: dict[str, _Timer] = {}
+        """Each job's pending timer."""
+
+    def _extra(self, uid: str | None = None) -> dict[str, str | None]:
+        return {"cluster": self._config.cluster, "job": uid}
+
+    def arm(self, run: JobRun) -> None:
+        uid = run.job.uid
+        due = run.next_timer()
+        current = self.armed.get(uid)
+        if current is not None and current.due == due and not current.task.done():
+            return
+        self.cancel(uid)
+        if due is not None:
+            task = self._tasks.spawn(self._fire_at(run, due), f"timer-{uid}")
+            self.armed[uid] = _Timer(due, task)
+
+    def cancel(self, uid: str) -> None:
+        timer = self.armed.pop(uid, None)
+        if timer is not None and timer.task is not asyncio.current_task():
+            timer.task.cancel()
+
+    def clear(self) -> None:
+        """Forget every timer (their tasks are cancelled with the worker's)."""
+        self.armed.clear()
+
+    async def _fire_at(self, run: JobRun, due: datetime) -> None:
+        delay = (due - run.clock()).total_seconds()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+        def retrying(error: BaseException, failures: int, wait: float) -> None:
+            log.warning(
+                "timer not carried out, trying again in %.1fs: %s",
+                wait,
+                error,
+                extra=self._extra(run.job.uid),
+            )
+
+        await retry_transient(
+            lambda: self._fire(run), BACKEND_RETRY, transient=is_transient, on_retry=retrying
+        )
+
+    async def _fire(self, run: JobRun) -> None:
+        uid = run.job.uid
+        async with self._locks.job(uid):
+            timer = self.armed.get(uid)
+            if timer is not None and timer.task is asyncio.current_task():
+                del self.armed[uid]
+            if self._runs.get(uid) is not run:
+                return
+            if run.finished:
+                await self._expire(run)
+            else:
+                await self._decide(run, run.expire_deadline())
+
+    async def _expire(self, run: JobRun) -> None:
+        """ttlSecondsAfterFinished ran out: delete the job's objects and forget the run (the
+        hub keeps its final status)."""
+        uid = run.job.uid
+        expiry = run.expiry()
+        if expiry is None or run.clock() < expiry:
+            self.arm(run)
+            return
+        await self._backend.delete_job(uid, run.job.metadata.namespace)
+        self._forget(run)
+        log.info("deleted after ttlSecondsAfterFinished", extra=self._extra(uid))
+
+    async def run_unschedulable(self) -> None:
+        period = max(0.1, min(5.0, self._config.unschedulable_timeout / 4))
+        while True:
+            await asyncio.sleep(period)
+            await self._hand_back_unschedulable()
+
+    async def _hand_back_unschedulable(self) -> None:
+        now = datetime.now(UTC).timestamp()
+        for run in list(self._runs.values()):
+            since = run.unschedulable_since
+            if run.finished or since is None or now - since < self._config.unschedulable_timeout:
+                continue
+            reason = f"pods unschedulable for {now - since:.0f}s: {run.pending_reason or ''}"
+            try:
+                await self._hand_back(run, reason)
+            except BackendError as error:
+                if not error.transient:
+                    raise
+                log.warning(
+                    "cannot hand back yet (next round tries again): %s",
+                    error,
+                    extra=self._extra(run.job.uid),
+                )
