@@ -28,6 +28,12 @@ from workers.backends.kube_client import (
     connect,
 )
 from workers.backends.kube_nodes import NodeCache
+from workers.backends.kube_resources import (
+    JOB_RESOURCES,
+    access_objects,
+    delete_method,
+    list_methods,
+)
 from workers.backends.kube_watch import PodObserver, PodWatch
 from workers.rendering import (
     DEFAULT_CONTAINER_ANNOTATION,
@@ -51,8 +57,6 @@ _TAKING_ROOM = ",".join(
 )
 _LOG_TIMEOUT = 10.0
 _DELETE_CONCURRENCY = 16
-_JOB_RESOURCES = ("pods", "services", "configmaps", "serviceaccounts", "roles", "rolebindings")
-"""Every kind of object the worker creates for a job, all labelled with its uid."""
 
 
 @dataclass
@@ -238,23 +242,8 @@ class KubeBackend(Backend):
         """ServiceAccount, Role, then the RoleBinding that joins them. The apiserver lets us
         create a Role only with permissions we hold ourselves (RBAC escalation prevention),
         which is why the worker's own Role carries `pods/exec`."""
-        core, rbac, namespace = self.api.core, self.api.rbac, access.namespace
-        for resource, name, method, manifest in (
-            (
-                "serviceaccounts",
-                access.service_account,
-                core.create_namespaced_service_account,
-                access.service_account_manifest(),
-            ),
-            ("roles", access.name, rbac.create_namespaced_role, access.role_manifest()),
-            (
-                "rolebindings",
-                access.name,
-                rbac.create_namespaced_role_binding,
-                access.role_binding_manifest(),
-            ),
-        ):
-            await self._create(job_uid, resource, namespace, name, method, manifest)
+        for resource, name, method, manifest in access_objects(self.api, access):
+            await self._create(job_uid, resource, access.namespace, name, method, manifest)
 
     async def create_service(self, job_uid: str, service: ServicePlan) -> None:
         core = self.api.core
@@ -325,16 +314,8 @@ class KubeBackend(Backend):
             )
 
     async def _delete(self, job_uid: str, resource: str, namespace: str, name: str) -> None:
-        core, rbac = self.api.core, self.api.rbac
         options: dict[str, Any] = {"propagation_policy": "Background"}
-        method = {
-            "pods": core.delete_namespaced_pod,
-            "services": core.delete_namespaced_service,
-            "configmaps": core.delete_namespaced_config_map,
-            "serviceaccounts": core.delete_namespaced_service_account,
-            "roles": rbac.delete_namespaced_role,
-            "rolebindings": rbac.delete_namespaced_role_binding,
-        }[resource]
+        method = delete_method(self.api, resource)
         if resource == "pods":
             options["grace_period_seconds"] = 0
         try:
@@ -354,7 +335,7 @@ class KubeBackend(Backend):
         within = [namespace] if namespace is not None and self.namespaces is None else None
         targets = [
             (resource, obj)
-            for resource in _JOB_RESOURCES
+            for resource in JOB_RESOURCES
             for obj in await self._list_ours(resource, selector, within)
         ]
         limit = asyncio.Semaphore(_DELETE_CONCURRENCY)
@@ -376,25 +357,8 @@ class KubeBackend(Backend):
     ) -> list[dict[str, Any]]:
         """Our objects of one kind matching `selector`, in the allowed namespaces (or only
         `within` these)."""
-        core, rbac = self.api.core, self.api.rbac
         items: list[dict[str, Any]] = []
-        everywhere, namespaced = {
-            "pods": (core.list_pod_for_all_namespaces, core.list_namespaced_pod),
-            "services": (core.list_service_for_all_namespaces, core.list_namespaced_service),
-            "configmaps": (
-                core.list_config_map_for_all_namespaces,
-                core.list_namespaced_config_map,
-            ),
-            "serviceaccounts": (
-                core.list_service_account_for_all_namespaces,
-                core.list_namespaced_service_account,
-            ),
-            "roles": (rbac.list_role_for_all_namespaces, rbac.list_namespaced_role),
-            "rolebindings": (
-                rbac.list_role_binding_for_all_namespaces,
-                rbac.list_namespaced_role_binding,
-            ),
-        }[resource]
+        everywhere, namespaced = list_methods(self.api, resource)
         namespaces = within if within is not None else self.namespaces
         if namespaces is None:
             reply = await self.api.call("list", resource, None, everywhere, label_selector=selector)
@@ -457,7 +421,7 @@ class KubeBackend(Backend):
     async def job_uids(self) -> set[str]:
         # Every kind at once: a sweep holds up every job's work while it runs.
         listed = await asyncio.gather(
-            *(self._list_ours(resource, MANAGED_SELECTOR) for resource in _JOB_RESOURCES),
+            *(self._list_ours(resource, MANAGED_SELECTOR) for resource in JOB_RESOURCES),
             return_exceptions=True,
         )
         uids: set[str] = set()

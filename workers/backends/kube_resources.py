@@ -1,0 +1,72 @@
+"""The kinds of object the kube backend makes for a job, and the kubernetes_asyncio methods
+that create, delete and list each (the backend's calls name a kind, these tables the method)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from workers.backends.kube_client import KubeApi
+from workers.rendering import AccessPlan
+
+Method = Callable[..., Awaitable[Any]]
+
+JOB_RESOURCES = ("pods", "services", "configmaps", "serviceaccounts", "roles", "rolebindings")
+"""Every kind of object the worker creates for a job, all labelled with its uid."""
+
+
+def access_objects(api: KubeApi, access: AccessPlan) -> list[tuple[str, str, Method, Any]]:
+    """(kind, name, create method, manifest) of a launcher's access, in the order they are
+    made: ServiceAccount, Role, then the RoleBinding that joins them."""
+    core, rbac = api.core, api.rbac
+    return [
+        (
+            "serviceaccounts",
+            access.service_account,
+            core.create_namespaced_service_account,
+            access.service_account_manifest(),
+        ),
+        ("roles", access.name, rbac.create_namespaced_role, access.role_manifest()),
+        (
+            "rolebindings",
+            access.name,
+            rbac.create_namespaced_role_binding,
+            access.role_binding_manifest(),
+        ),
+    ]
+
+
+def delete_method(api: KubeApi, resource: str) -> Method:
+    core, rbac = api.core, api.rbac
+    methods: dict[str, Method] = {
+        "pods": core.delete_namespaced_pod,
+        "services": core.delete_namespaced_service,
+        "configmaps": core.delete_namespaced_config_map,
+        "serviceaccounts": core.delete_namespaced_service_account,
+        "roles": rbac.delete_namespaced_role,
+        "rolebindings": rbac.delete_namespaced_role_binding,
+    }
+    return methods[resource]
+
+
+def list_methods(api: KubeApi, resource: str) -> tuple[Method, Method]:
+    """(in every namespace, in one namespace)."""
+    core, rbac = api.core, api.rbac
+    methods: dict[str, tuple[Method, Method]] = {
+        "pods": (core.list_pod_for_all_namespaces, core.list_namespaced_pod),
+        "services": (core.list_service_for_all_namespaces, core.list_namespaced_service),
+        "configmaps": (
+            core.list_config_map_for_all_namespaces,
+            core.list_namespaced_config_map,
+        ),
+        "serviceaccounts": (
+            core.list_service_account_for_all_namespaces,
+            core.list_namespaced_service_account,
+        ),
+        "roles": (rbac.list_role_for_all_namespaces, rbac.list_namespaced_role),
+        "rolebindings": (
+            rbac.list_role_binding_for_all_namespaces,
+            rbac.list_namespaced_role_binding,
+        ),
+    }
+    return methods[resource]
