@@ -23,12 +23,14 @@ from workers.backends.kube_client import (
     KubeGone,
     classify,
 )
+from workers.frameworks import ADAPTERS
 from workers.rendering import DEFAULT_CONTAINER_ANNOTATION
 
 log = logging.getLogger(__name__)
 
-# The Kubeflow frameworks' default container names, for pods that do not name theirs.
-KNOWN_MAIN_CONTAINERS = ("jax", "pytorch", "tensorflow", "xgboost", "paddle", "mpi")
+KNOWN_MAIN_CONTAINERS = tuple(adapter.default_container for adapter in ADAPTERS.values())
+"""The default container of every kind (the adapters table), for pods that do not name
+theirs."""
 _PHASES: tuple[PodPhase, ...] = ("Pending", "Running", "Succeeded", "Failed")
 _UNSCHEDULABLE = "Unschedulable"
 # Waiting reasons of a container that is not backing off after an exit: the kubelet is

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import re
+import typing
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -82,7 +83,16 @@ def all_succeeded(counts: Mapping[str, ReplicaCounts], rtype: str) -> bool:
     return found is not None and found.succeeded >= found.expected
 
 
+def kind_of(schema: type[AnyJob]) -> str:
+    """The `kind` a schema class of schemas/kubeflow.py accepts (its Literal)."""
+    (kind,) = typing.get_args(schema.model_fields["kind"].annotation)
+    return str(kind)
+
+
 class FrameworkAdapter(abc.ABC):
+    schema: ClassVar[type[AnyJob]]
+    """The kind's model in schemas/kubeflow.py, which names its kind, default container and
+    port: an adapter states only what the model does not."""
     kind: ClassVar[str]
     default_container: ClassVar[str]
     port_name: ClassVar[str]
@@ -94,6 +104,15 @@ class FrameworkAdapter(abc.ABC):
     """Add `port_name`/`default_port` to the main container unless a port of that name exists."""
     env_in_every_container: ClassVar[bool] = True
     """False: the kind's variables go into the main container only (TF_CONFIG, MPI launcher)."""
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        schema = cls.__dict__.get("schema")
+        if schema is not None:
+            cls.kind = kind_of(schema)
+            cls.default_container = schema.DEFAULT_CONTAINER
+            cls.port_name = schema.PORT_NAME
+            cls.default_port = schema.DEFAULT_PORT
 
     def pod_name(self, job: AnyJob, rtype: str, index: int) -> str:
         """The pod's name, which is also its Service's name where the kind creates Services."""

@@ -17,10 +17,7 @@ from workers.network import Network
 
 
 class JAXAdapter(FrameworkAdapter):
-    kind = "JAXJob"
-    default_container = "jax"
-    port_name = JAXJob.PORT_NAME
-    default_port = JAXJob.DEFAULT_PORT
+    schema = JAXJob
     default_restart_policy = "Never"
 
     def is_master(self, job: AnyJob, rtype: str, index: int) -> bool:

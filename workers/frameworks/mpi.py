@@ -68,10 +68,7 @@ _RSH_AGENT = "OMPI_MCA_plm_rsh_agent"
 
 
 class MPIAdapter(FrameworkAdapter):
-    kind = "MPIJob"
-    default_container = "mpi"
-    port_name = MPIJob.PORT_NAME
-    default_port = MPIJob.DEFAULT_PORT
+    schema = MPIJob
     default_restart_policy = "Never"
     creates_services = False
     injects_default_port = MPIJob.ADDS_DEFAULT_PORT

@@ -20,10 +20,7 @@ POD_IP_VARIABLE = "POD_IP_DUMMY"
 
 
 class PaddleAdapter(FrameworkAdapter):
-    kind = "PaddleJob"
-    default_container = "paddle"
-    port_name = PaddleJob.PORT_NAME
-    default_port = PaddleJob.DEFAULT_PORT
+    schema = PaddleJob
     default_restart_policy = "OnFailure"
 
     def is_master(self, job: AnyJob, rtype: str, index: int) -> bool:

@@ -28,10 +28,7 @@ def _pytorch(job: AnyJob) -> PyTorchJob:
 
 
 class PyTorchAdapter(FrameworkAdapter):
-    kind = "PyTorchJob"
-    default_container = "pytorch"
-    port_name = PyTorchJob.PORT_NAME
-    default_port = PyTorchJob.DEFAULT_PORT
+    schema = PyTorchJob
     default_restart_policy = "OnFailure"
 
     def is_master(self, job: AnyJob, rtype: str, index: int) -> bool:

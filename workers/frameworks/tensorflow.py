@@ -32,10 +32,7 @@ def _chief_type(job: AnyJob) -> str | None:
 
 
 class TFAdapter(FrameworkAdapter):
-    kind = "TFJob"
-    default_container = "tensorflow"
-    port_name = TFJob.PORT_NAME
-    default_port = TFJob.DEFAULT_PORT
+    schema = TFJob
     default_restart_policy = "Never"
     env_in_every_container = False
 

@@ -17,10 +17,7 @@ from workers.network import Network
 
 
 class XGBoostAdapter(FrameworkAdapter):
-    kind = "XGBoostJob"
-    default_container = "xgboost"
-    port_name = XGBoostJob.PORT_NAME
-    default_port = XGBoostJob.DEFAULT_PORT
+    schema = XGBoostJob
     default_restart_policy = "Never"
 
     def is_master(self, job: AnyJob, rtype: str, index: int) -> bool:
