@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-PACKAGES := schemas bus dispatcher workers trainhub
+PACKAGES := schemas bus dispatcher workers trainhub trainhub_sandbox
 
 .PHONY: run test lint native format bench bench-kafka bench-placement bench-kube bench-memory bench-redispatch clean
 

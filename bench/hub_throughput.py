@@ -196,7 +196,7 @@ async def _offer_from_a_process(
 async def kafka_bus(bootstrap: str | None) -> AsyncIterator[tuple[KafkaBus, str]]:
     broker = None
     if bootstrap is None:
-        from trainhub.sandbox.kafka_broker import start_kafka, stop_kafka
+        from trainhub_sandbox.kafka_broker import start_kafka, stop_kafka
 
         broker = start_kafka(Path(tempfile.mkdtemp(prefix="bench-kafka-")))
         bootstrap = broker.bootstrap

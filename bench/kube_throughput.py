@@ -60,11 +60,11 @@ from schemas.job_parsing import parse_job
 from schemas.status import JobPhase
 from trainhub.logs import setup_logging
 from trainhub.producer import submit_document
-from trainhub.sandbox.kube_cluster import (
-    ClusterSpec,
+from trainhub_sandbox.kube_cluster import (
     KubeSandbox,
+    KwokNodeGroup,
     MemberCluster,
-    NodePool,
+    MemberClusterPlan,
     start_member_clusters,
     stop_member_clusters,
 )
@@ -80,12 +80,12 @@ H100 = "NVIDIA-H100-80GB-HBM3"
 
 # Three clusters of different capacity (one with H100 nodes), each with room for every job.
 CLUSTERS = (
-    ClusterSpec("small", pools=(NodePool(count=2, cpu="32", memory="128Gi", pods=500),)),
-    ClusterSpec("large", pools=(NodePool(count=4, cpu="64", memory="256Gi", pods=500),)),
-    ClusterSpec(
+    MemberClusterPlan("small", pools=(KwokNodeGroup(count=2, cpu="32", memory="128Gi", pods=500),)),
+    MemberClusterPlan("large", pools=(KwokNodeGroup(count=4, cpu="64", memory="256Gi", pods=500),)),
+    MemberClusterPlan(
         "h100",
         pools=(
-            NodePool(
+            KwokNodeGroup(
                 count=2,
                 cpu="48",
                 memory="256Gi",
@@ -229,7 +229,7 @@ async def make_bus(
         bus = MemoryBus()
     else:
         if bootstrap is None:
-            from trainhub.sandbox.kafka_broker import start_kafka, stop_kafka
+            from trainhub_sandbox.kafka_broker import start_kafka, stop_kafka
 
             broker = start_kafka(workdir / "kafka")
             bootstrap = broker.bootstrap

@@ -65,7 +65,7 @@ def kafka_target(workdir: Path) -> Iterator[KafkaTarget]:
             with _testcontainers_kafka() as target:
                 yield target
             return
-    from trainhub.sandbox.kafka_broker import start_kafka, stop_kafka
+    from trainhub_sandbox.kafka_broker import start_kafka, stop_kafka
 
     broker = start_kafka(workdir, scram_users={"trainhub": "trainhub-secret"})
     try:

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tests.deploy.queries import DEPLOY
-from trainhub.sandbox.kube_build import KUBERNETES_VERSION
+from trainhub_sandbox.kube_build import KUBERNETES_VERSION
 
 CHART = DEPLOY / "helm" / "trainhub"
 CI_VALUES = CHART / "ci" / "two-clusters-values.yaml"

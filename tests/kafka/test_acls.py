@@ -38,7 +38,7 @@ from tests.kafka.processes import Process
 from tests.kafka.status_topic import stop_all
 from tests.kafka.topic_checks import topics_exist
 from trainhub.producer import submit_document
-from trainhub.sandbox.kafka_broker import KafkaBroker, start_kafka, stop_kafka
+from trainhub_sandbox.kafka_broker import KafkaBroker, start_kafka, stop_kafka
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 TOPICS = Topics(prefix="secure")

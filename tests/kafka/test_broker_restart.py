@@ -33,7 +33,7 @@ from tests.kafka.status_topic import (
     wait_for_statuses,
 )
 from trainhub.producer import read_clusters
-from trainhub.sandbox.kafka_broker import KafkaBroker, restart_kafka, start_kafka, stop_kafka
+from trainhub_sandbox.kafka_broker import KafkaBroker, restart_kafka, start_kafka, stop_kafka
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from tests.kube.sandbox_access import worker_backend
-from trainhub.sandbox.errors import SandboxError
-from trainhub.sandbox.kube_build import build_kube_binaries, kube_bin_dir
-from trainhub.sandbox.kube_cluster import (
-    ClusterSpec,
+from trainhub_sandbox.errors import SandboxError
+from trainhub_sandbox.kube_build import build_kube_binaries, kube_bin_dir
+from trainhub_sandbox.kube_cluster import (
     KubeSandbox,
+    KwokNodeGroup,
     MemberCluster,
-    NodePool,
+    MemberClusterPlan,
     start_member_clusters,
     stop_member_clusters,
 )
@@ -28,10 +28,10 @@ _BUILD_ERROR = pytest.StashKey[SandboxError]()
 
 # east's nodes are small; west's are big enough for gangs east can never hold. west serves
 # watches straight from etcd (no watch cache), so that compacting etcd really expires them.
-EAST = ClusterSpec("east", pools=(NodePool(count=2, cpu="4", memory="8Gi"),))
-WEST = ClusterSpec(
+EAST = MemberClusterPlan("east", pools=(KwokNodeGroup(count=2, cpu="4", memory="8Gi"),))
+WEST = MemberClusterPlan(
     "west",
-    pools=(NodePool(count=2, cpu="16", memory="64Gi", labels={"example.com/size": "big"}),),
+    pools=(KwokNodeGroup(count=2, cpu="16", memory="64Gi", labels={"example.com/size": "big"}),),
     apiserver_args=("--watch-cache=false",),
 )
 
@@ -113,20 +113,20 @@ A100 = "NVIDIA-A100-SXM4-80GB"
 # small holds little; large has big CPU nodes and one node of A100s (GPUs, but of another
 # model than the H100s); h100 has the only H100 nodes, with CPU nodes too small for large's
 # biggest pods.
-SMALL = ClusterSpec("small", pools=(NodePool(count=2, cpu="4", memory="8Gi"),))
-LARGE = ClusterSpec(
+SMALL = MemberClusterPlan("small", pools=(KwokNodeGroup(count=2, cpu="4", memory="8Gi"),))
+LARGE = MemberClusterPlan(
     "large",
     pools=(
-        NodePool(count=2, cpu="16", memory="64Gi"),
-        NodePool(
+        KwokNodeGroup(count=2, cpu="16", memory="64Gi"),
+        KwokNodeGroup(
             count=1, cpu="8", memory="64Gi", gpus=8, labels={GPU_PRODUCT_LABEL: A100}, name="a100"
         ),
     ),
 )
-H100_CLUSTER = ClusterSpec(
+H100_CLUSTER = MemberClusterPlan(
     "h100",
     pools=(
-        NodePool(
+        KwokNodeGroup(
             count=2,
             cpu="8",
             memory="64Gi",

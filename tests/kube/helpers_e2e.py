@@ -28,7 +28,7 @@ from schemas.events import CloudEvent, EventType, JobStatusUpdate
 from schemas.status import JobPhase
 from tests.kafka.processes import Process
 from tests.kube.sandbox_access import admin_request, job_objects, worker_backend
-from trainhub.sandbox.kube_cluster import KubeSandbox, MemberCluster
+from trainhub_sandbox.kube_cluster import KubeSandbox, MemberCluster
 from workers.worker import Worker, WorkerConfig
 
 

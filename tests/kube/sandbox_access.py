@@ -9,8 +9,8 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from trainhub.sandbox.kube_api import ApiClient
-from trainhub.sandbox.kube_cluster import MemberCluster
+from trainhub_sandbox.kube_api import ApiClient
+from trainhub_sandbox.kube_cluster import MemberCluster
 from workers.backends.base import PodObservation
 from workers.backends.kube import KubeBackend
 from workers.rendering import LABEL_JOB_UID

@@ -24,7 +24,7 @@ from tests.helpers import jax_job
 from tests.kube.helpers_e2e import Fleet, StatusLog, pods_of, running_fleet
 from tests.kube.sandbox_access import admin_request
 from trainhub.producer import submit_document
-from trainhub.sandbox.kube_cluster import KubeSandbox
+from trainhub_sandbox.kube_cluster import KubeSandbox
 
 pytestmark = [pytest.mark.kube, pytest.mark.kafka]
 

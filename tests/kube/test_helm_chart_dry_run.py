@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from tests.deploy.helm_chart import CI_VALUES, render, require_helm
-from trainhub.sandbox.kube_api import ApiClient
-from trainhub.sandbox.kube_cluster import MemberCluster
+from trainhub_sandbox.kube_api import ApiClient
+from trainhub_sandbox.kube_cluster import MemberCluster
 
 pytestmark = pytest.mark.kube
 

@@ -22,7 +22,7 @@ from tests.kube.sandbox_access import (
     phases_by_pod,
     worker_backend,
 )
-from trainhub.sandbox.kube_cluster import KubeSandbox, MemberCluster
+from trainhub_sandbox.kube_cluster import KubeSandbox, MemberCluster
 from workers.backends.base import Capacity, PodLogsUnavailable
 from workers.backends.kube import KubeBackend
 from workers.backends.kube_client import KubeConflict, KubeForbidden

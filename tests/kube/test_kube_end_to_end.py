@@ -19,7 +19,7 @@ from schemas.status import JobPhase
 from tests.helpers import jax_job, with_host_port
 from tests.kube.sandbox_access import job_objects, worker_backend
 from trainhub.producer import follow_status, submit_document
-from trainhub.sandbox.kube_cluster import KubeSandbox
+from trainhub_sandbox.kube_cluster import KubeSandbox
 from workers.worker import Worker, WorkerConfig
 
 pytestmark = pytest.mark.kube

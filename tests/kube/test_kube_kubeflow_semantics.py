@@ -31,7 +31,7 @@ from tests.helpers import jax_job
 from tests.kube.sandbox_access import admin_request, job_objects, worker_backend
 from tests.workers.job_documents import KINDS
 from trainhub.producer import follow_status, request, submit_document
-from trainhub.sandbox.kube_cluster import KubeSandbox, MemberCluster
+from trainhub_sandbox.kube_cluster import KubeSandbox, MemberCluster
 from workers.rendering import render_job
 from workers.worker import Worker, WorkerConfig
 

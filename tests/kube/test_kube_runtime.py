@@ -21,7 +21,7 @@ from schemas.status import JobPhase
 from tests.helpers import jax_job
 from tests.kube.sandbox_access import eventually, job_objects, worker_backend
 from tests.workers.job_documents import job_document, replica
-from trainhub.sandbox.kube_cluster import MemberCluster
+from trainhub_sandbox.kube_cluster import MemberCluster
 from workers.backends.kube import KubeBackend
 from workers.rendering import LABEL_JOB_UID, render_job
 from workers.worker import Worker, WorkerConfig

@@ -9,8 +9,8 @@ import copy
 import pytest
 
 from trainhub import member_rbac
-from trainhub.sandbox.kube_api import ApiClient
-from trainhub.sandbox.kube_cluster import MemberCluster
+from trainhub_sandbox.kube_api import ApiClient
+from trainhub_sandbox.kube_cluster import MemberCluster
 
 pytestmark = pytest.mark.kube
 

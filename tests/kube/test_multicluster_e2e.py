@@ -21,7 +21,7 @@ from tests.kube.conftest import A100, GPU_PRODUCT_LABEL, H100
 from tests.kube.helpers_e2e import Fleet, node_labels, pods_of, running_fleet
 from tests.kube.sandbox_access import job_objects
 from trainhub.producer import submit_document
-from trainhub.sandbox.kube_cluster import KubeSandbox
+from trainhub_sandbox.kube_cluster import KubeSandbox
 
 pytestmark = [pytest.mark.kube, pytest.mark.kafka]
 

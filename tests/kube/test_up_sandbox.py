@@ -19,7 +19,7 @@ from bus.kafka_settings import KafkaSettings
 from schemas.kubeflow import derive_job_uid
 from tests.helpers import jax_job
 from tests.kube.sandbox_access import job_objects
-from trainhub.sandbox.kube_cluster import KubeSandbox
+from trainhub_sandbox.kube_cluster import KubeSandbox
 
 pytestmark = pytest.mark.kube
 ROOT = Path(__file__).resolve().parents[2]

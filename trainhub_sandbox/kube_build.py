@@ -17,8 +17,8 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainhub.sandbox.cache import default_cache_dir
-from trainhub.sandbox.errors import SandboxError
+from trainhub_sandbox.cache import default_cache_dir
+from trainhub_sandbox.errors import SandboxError
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 KUBERNETES_VERSION = "v1.36.3"
 # The exact etcd release that k8s.io/kubernetes v1.36.3 requires, i.e. the one it is tested with.
 ETCD_VERSION = "v3.6.8"
-# The newest kwok the Go module proxy serves; its stages come from deploy/sandbox/kube.
+# The newest kwok the Go module proxy serves; its stages come from data/kube/stages.yaml.
 KWOK_VERSION = "v0.8.0"
 
 KUBE_COMMANDS = ("kube-apiserver", "kube-scheduler")

@@ -13,14 +13,12 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -28,19 +26,31 @@ from typing import Any
 import yaml
 
 from trainhub.member_rbac import WORKER_USER, namespace_manifest, worker_rbac
-from trainhub.sandbox.errors import SandboxError
-from trainhub.sandbox.kube_api import ApiClient
-from trainhub.sandbox.kube_build import KubeBinaries, build_kube_binaries
+from trainhub_sandbox import processes
+from trainhub_sandbox.errors import SandboxError
+from trainhub_sandbox.kube_api import ApiClient
+from trainhub_sandbox.kube_build import KubeBinaries, build_kube_binaries
+from trainhub_sandbox.kube_model import (
+    STATE_FILE,
+    KubeSandbox,
+    KwokNodeGroup,
+    MemberCluster,
+    MemberClusterPlan,
+    NodeTaint,
+    load_state,
+    write_state,
+)
+from trainhub_sandbox.processes import SandboxProcess, free_ports, is_running, spawn
 
 __all__ = [
     "DEFAULT_STAGES",
     "STATE_FILE",
     "WORKER_USER",
     "ApiClient",
-    "ClusterSpec",
     "KubeSandbox",
+    "KwokNodeGroup",
     "MemberCluster",
-    "NodePool",
+    "MemberClusterPlan",
     "NodeTaint",
     "SandboxProcess",
     "free_ports",
@@ -57,8 +67,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_STAGES = Path(__file__).resolve().parents[2] / "deploy" / "sandbox" / "kube" / "stages.yaml"
-STATE_FILE = "state.json"
+# Package data: kwok's stages (node and pod lifecycles, ours for bare pods among them).
+DEFAULT_STAGES = Path(__file__).resolve().parent / "data" / "kube" / "stages.yaml"
 
 _APISERVER = "kube-apiserver"
 _SCHEDULER_USER = "system:kube-scheduler"
@@ -69,101 +79,8 @@ _POLL_SECONDS = 0.25
 _LOG_TAIL_LINES = 30
 
 
-@dataclass(frozen=True)
-class NodeTaint:
-    key: str
-    effect: str = "NoSchedule"
-    value: str = ""
-
-
-@dataclass(frozen=True)
-class NodePool:
-    """`count` identical fake nodes named `<cluster>-<name>-<i>`."""
-
-    count: int = 2
-    cpu: str = "8"
-    memory: str = "32Gi"
-    pods: int = 110
-    gpus: int = 0
-    labels: Mapping[str, str] = field(default_factory=dict)
-    taints: tuple[NodeTaint, ...] = ()
-    name: str = "node"
-
-
-@dataclass(frozen=True)
-class ClusterSpec:
-    """One member cluster: its fake nodes and the namespaces its worker identity may use."""
-
-    name: str
-    pools: tuple[NodePool, ...] = (NodePool(),)
-    worker_namespaces: tuple[str, ...] = ("default",)
-    apiserver_args: tuple[str, ...] = ()
-    """Extra kube-apiserver flags, e.g. `--watch-cache=false` to serve watches from etcd."""
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> ClusterSpec:
-        """Build from plain data, e.g. YAML: `{name, pools: [{count, cpu, ..., taints: [...]}]}`."""
-        pools = tuple(
-            NodePool(**{**pool, "taints": tuple(NodeTaint(**t) for t in pool.get("taints", ()))})
-            for pool in data.get("pools", [{}])
-        )
-        namespaces = tuple(data.get("worker_namespaces", ("default",)))
-        extra = tuple(data.get("apiserver_args", ()))
-        return cls(
-            name=data["name"], pools=pools, worker_namespaces=namespaces, apiserver_args=extra
-        )
-
-
-@dataclass(frozen=True)
-class SandboxProcess:
-    """A process we started; `start_ticks` (from /proc) guards against a recycled PID."""
-
-    name: str
-    pid: int
-    start_ticks: int | None
-    log: Path
-    args: tuple[str, ...] = ()
-    """The command line, so that a stopped process can be started again the same way."""
-
-
-@dataclass(frozen=True)
-class MemberCluster:
-    """A running member cluster and how to reach it as admin or as the worker identity."""
-
-    name: str
-    server: str
-    ca_file: Path
-    admin_token: str
-    worker_token: str
-    admin_kubeconfig: Path
-    worker_kubeconfig: Path
-    admin_context: str
-    worker_context: str
-    worker_namespaces: tuple[str, ...]
-    node_names: tuple[str, ...]
-    processes: tuple[SandboxProcess, ...]
-
-
-@dataclass
-class KubeSandbox:
-    """The shared etcd and the member clusters on it; also written to `<workdir>/state.json`."""
-
-    workdir: Path
-    etcd_url: str
-    etcd: SandboxProcess
-    clusters: dict[str, MemberCluster] = field(default_factory=dict)
-    children: dict[int, subprocess.Popen[bytes]] = field(
-        default_factory=dict, repr=False, compare=False
-    )
-
-    def processes(self) -> list[SandboxProcess]:
-        """Every process, in the order to stop them: kwok, scheduler, apiserver; etcd last."""
-        ordered = [p for c in self.clusters.values() for p in reversed(c.processes)]
-        return [*ordered, self.etcd]
-
-
 def start_member_clusters(
-    specs: Sequence[ClusterSpec],
+    specs: Sequence[MemberClusterPlan],
     workdir: Path,
     *,
     binaries: KubeBinaries | None = None,
@@ -182,13 +99,13 @@ def start_member_clusters(
     workdir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     deadline = started + timeout
-    children: dict[int, subprocess.Popen[bytes]] = {}
+    launched: list[SandboxProcess] = []
     try:
-        sandbox = _start_etcd(bins, workdir, children, deadline)
+        sandbox = _start_etcd(bins, workdir, launched, deadline)
         _start_clusters(sandbox, specs, bins, stages, deadline)
     except BaseException:
-        for child in children.values():
-            _stop_child(child, grace=5.0)
+        for process in launched:
+            processes.stop(process, grace=5.0, kill_grace=5.0)
         raise
     write_state(sandbox)
     log.info("sandbox: %d cluster(s) ready in %.1fs", len(specs), time.monotonic() - started)
@@ -199,7 +116,7 @@ def _refuse_running_sandbox(workdir: Path) -> None:
     """Starting again would wipe the data of a sandbox that still runs there."""
     if not (workdir / STATE_FILE).is_file():
         return
-    running = [p for p in load_state(workdir).processes() if _is_running(p)]
+    running = [p for p in load_state(workdir).processes() if is_running(p)]
     if running:
         pids = ", ".join(f"{p.name} {p.pid}" for p in running)
         raise SandboxError(f"a sandbox still runs in {workdir} ({pids}); stop it first")
@@ -208,12 +125,8 @@ def _refuse_running_sandbox(workdir: Path) -> None:
 def stop_member_clusters(sandbox: KubeSandbox, grace: float = 10.0) -> None:
     """Stop every sandbox process by its PID: SIGTERM, then SIGKILL after `grace` seconds."""
     for process in sandbox.processes():
-        child = sandbox.children.get(process.pid)
-        if child is not None:
-            _stop_child(child, grace)
-        else:
-            _stop_foreign(process, grace)
-    sandbox.children.clear()
+        processes.stop(process, grace=grace, kill_grace=grace)
+    sandbox.launched.clear()
     log.info("sandbox stopped: %s", sandbox.workdir)
 
 
@@ -227,23 +140,11 @@ def stop_apiserver(
     graceful shutdown); its scheduler and kwok keep running and reconnect once it is started
     again with `start_apiserver`. Returns the stopped process."""
     process = _apiserver_of(sandbox, cluster)
-    if not _is_running(process):
+    if not is_running(process):
         raise SandboxError(f"the kube-apiserver of {cluster} is not running (pid {process.pid})")
-    child = sandbox.children.get(process.pid)
-    if child is not None:
-        child.send_signal(sig)
-        try:
-            child.wait(timeout=30)
-        except subprocess.TimeoutExpired as exc:
-            raise SandboxError(f"the kube-apiserver of {cluster} survived {sig.name}") from exc
-        del sandbox.children[process.pid]
-    else:
-        os.kill(process.pid, sig)
-        end = time.monotonic() + 30
-        while _is_running(process):
-            if time.monotonic() > end:
-                raise SandboxError(f"the kube-apiserver of {cluster} survived {sig.name}")
-            time.sleep(0.05)
+    processes.send_signal(process, sig)
+    if not processes.wait_gone(process, 30):
+        raise SandboxError(f"the kube-apiserver of {cluster} survived {sig.name}")
     log.info("stopped the kube-apiserver of %s (%s)", cluster, sig.name)
     return process
 
@@ -254,11 +155,11 @@ def start_apiserver(sandbox: KubeSandbox, cluster: str, *, timeout: float = 60.0
     with the new PID and recorded in the state file, once `/readyz` answers 200."""
     old = _apiserver_of(sandbox, cluster)
     member = sandbox.clusters[cluster]
-    if _is_running(old):
+    if is_running(old):
         raise SandboxError(f"the kube-apiserver of {cluster} still runs (pid {old.pid})")
     if not old.args:
         raise SandboxError(f"no command line recorded for the kube-apiserver of {cluster}")
-    process = _spawn(_APISERVER, list(old.args), old.log, sandbox.children)
+    process = _spawn(sandbox, _APISERVER, list(old.args), old.log)
     admin = ApiClient.for_cluster(member)
     _wait_until(
         partial(_apiserver_ready, admin, member.ca_file),
@@ -300,32 +201,7 @@ def _apiserver_of(sandbox: KubeSandbox, cluster: str) -> SandboxProcess:
     return next(p for p in member.processes if p.name == _APISERVER)
 
 
-def write_state(sandbox: KubeSandbox) -> Path:
-    """Record ports, credentials and PIDs so tests, the CLI and `stop` find the sandbox."""
-    state = {
-        "workdir": str(sandbox.workdir),
-        "etcd_url": sandbox.etcd_url,
-        "etcd": asdict(sandbox.etcd),
-        "clusters": [asdict(cluster) for cluster in sandbox.clusters.values()],
-    }
-    path = sandbox.workdir / STATE_FILE
-    path.write_text(json.dumps(state, indent=2, default=str) + "\n")
-    return path
-
-
-def load_state(workdir: Path) -> KubeSandbox:
-    """Read a sandbox another process started (its processes can then be stopped by PID)."""
-    state = json.loads((workdir / STATE_FILE).read_text())
-    clusters = [_cluster_from_state(data) for data in state["clusters"]]
-    return KubeSandbox(
-        workdir=Path(state["workdir"]),
-        etcd_url=state["etcd_url"],
-        etcd=_process_from_state(state["etcd"]),
-        clusters={cluster.name: cluster for cluster in clusters},
-    )
-
-
-def node_manifests(spec: ClusterSpec) -> list[dict[str, Any]]:
+def node_manifests(spec: MemberClusterPlan) -> list[dict[str, Any]]:
     """The v1.Node objects for `spec`, with capacity, labels and taints; kwok manages them."""
     nodes = []
     for pool in spec.pools:
@@ -363,7 +239,7 @@ def node_manifests(spec: ClusterSpec) -> list[dict[str, Any]]:
 def _start_etcd(
     bins: KubeBinaries,
     workdir: Path,
-    children: dict[int, subprocess.Popen[bytes]],
+    launched: list[SandboxProcess],
     deadline: float,
 ) -> KubeSandbox:
     client_port, peer_port = free_ports(2)
@@ -383,8 +259,9 @@ def _start_etcd(
         "--unsafe-no-fsync",
         "--log-level=warn",
     ]
-    etcd = _spawn("etcd", args, workdir / "etcd.log", children)
-    sandbox = KubeSandbox(workdir=workdir, etcd_url=client_url, etcd=etcd, children=children)
+    etcd = spawn("etcd", args, workdir / "etcd.log")
+    launched.append(etcd)
+    sandbox = KubeSandbox(workdir=workdir, etcd_url=client_url, etcd=etcd, launched=launched)
     _wait_until(lambda: _etcd_healthy(client_url), deadline, etcd, "etcd /health")
     return sandbox
 
@@ -404,7 +281,7 @@ def _etcd_healthy(url: str) -> bool:
 class _Pending:
     """A cluster whose apiserver is starting; the rest follows once it is ready."""
 
-    spec: ClusterSpec
+    spec: MemberClusterPlan
     dir: Path
     port: int
     tokens: dict[str, str]
@@ -413,7 +290,7 @@ class _Pending:
 
 def _start_clusters(
     sandbox: KubeSandbox,
-    specs: Sequence[ClusterSpec],
+    specs: Sequence[MemberClusterPlan],
     bins: KubeBinaries,
     stages: Path,
     deadline: float,
@@ -442,7 +319,7 @@ def _start_clusters(
 
 def _launch_apiserver(
     sandbox: KubeSandbox,
-    spec: ClusterSpec,
+    spec: MemberClusterPlan,
     bins: KubeBinaries,
     keys: tuple[Path, Path],
     deadline: float,
@@ -478,7 +355,7 @@ def _launch_apiserver(
         "--profiling=false",
         *spec.apiserver_args,
     ]
-    process = _spawn(_APISERVER, args, cluster_dir / "kube-apiserver.log", sandbox.children)
+    process = _spawn(sandbox, _APISERVER, args, cluster_dir / "kube-apiserver.log")
     return _Pending(spec=spec, dir=cluster_dir, port=port, tokens=tokens, apiserver=process)
 
 
@@ -496,16 +373,16 @@ def _launch_workers(
     }
     scheduler_port, kwok_port = free_ports(2)
     scheduler = _spawn(
+        sandbox,
         "kube-scheduler",
         _scheduler_args(bins, kubeconfigs["scheduler"], scheduler_port),
         cluster_dir / "kube-scheduler.log",
-        sandbox.children,
     )
     kwok = _spawn(
+        sandbox,
         "kwok",
         _kwok_args(bins, kubeconfigs["kwok"], stages, kwok_port),
         cluster_dir / "kwok.log",
-        sandbox.children,
         env={"HOME": str(cluster_dir / "kwok-home")},
     )
     return MemberCluster(
@@ -590,7 +467,7 @@ def _write_kubeconfig(
 # --- objects created through the API ---------------------------------------------------------
 
 
-def _bootstrap(admin: ApiClient, spec: ClusterSpec) -> None:
+def _bootstrap(admin: ApiClient, spec: MemberClusterPlan) -> None:
     """Namespaces, the worker's RBAC and the fake nodes."""
     for namespace in spec.worker_namespaces:
         admin.ensure("/api/v1/namespaces", namespace_manifest(namespace))
@@ -641,7 +518,7 @@ def _wait_until(
 ) -> None:
     """Poll `check` until it passes; fail early if `process` died, late if the deadline passed."""
     while not check():
-        if not _is_running(process):
+        if not is_running(process):
             raise SandboxError(f"{process.name} exited waiting for {what}\n{_log_tail(process)}")
         if time.monotonic() > deadline:
             raise SandboxError(f"timed out waiting for {what}\n{_log_tail(process)}")
@@ -649,107 +526,23 @@ def _wait_until(
 
 
 def _log_tail(process: SandboxProcess) -> str:
-    try:
-        lines = process.log.read_text(errors="replace").splitlines()
-    except OSError:
-        return f"(no log at {process.log})"
-    return f"--- last lines of {process.log} ---\n" + "\n".join(lines[-_LOG_TAIL_LINES:])
+    return processes.log_tail(process.log, _LOG_TAIL_LINES)
 
 
 # --- processes -------------------------------------------------------------------------------
 
 
 def _spawn(
+    sandbox: KubeSandbox,
     name: str,
     args: list[str],
     log_path: Path,
-    children: dict[int, subprocess.Popen[bytes]],
     env: Mapping[str, str] | None = None,
 ) -> SandboxProcess:
-    """Start a detached child (own session, so a test's Ctrl-C reaches us, not it)."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("ab") as output:
-        child = subprocess.Popen(
-            args,
-            stdin=subprocess.DEVNULL,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
-            start_new_session=True,
-        )
-    children[child.pid] = child
-    log.debug("started %s pid %d: %s", name, child.pid, " ".join(args))
-    return SandboxProcess(name, child.pid, _start_ticks(child.pid), log_path, tuple(args))
-
-
-def _stop_child(child: subprocess.Popen[bytes], grace: float) -> None:
-    if child.poll() is not None:
-        return
-    child.send_signal(signal.SIGTERM)
-    child.send_signal(signal.SIGCONT)  # a paused process would hold the SIGTERM until resumed
-    try:
-        child.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        child.wait(timeout=grace)
-
-
-def _stop_foreign(process: SandboxProcess, grace: float) -> None:
-    """Stop a process another Python process started, only if its PID was not recycled."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        if not _is_running(process):
-            return
-        try:
-            os.kill(process.pid, sig)
-            os.kill(process.pid, signal.SIGCONT)  # a paused process would hold the SIGTERM
-        except ProcessLookupError:
-            return
-        end = time.monotonic() + grace
-        while _is_running(process) and time.monotonic() < end:
-            time.sleep(0.1)
-    if _is_running(process):
-        raise SandboxError(f"{process.name} (pid {process.pid}) survived SIGKILL")
-
-
-def _is_running(process: SandboxProcess) -> bool:
-    """True while the PID exists, is not a zombie and is still the process we started."""
-    try:
-        stat = Path(f"/proc/{process.pid}/stat").read_text()
-    except OSError:
-        return _pid_exists(process.pid)
-    fields = stat.rsplit(")", 1)[1].split()
-    if fields[0] == "Z":
-        return False
-    return process.start_ticks is None or int(fields[19]) == process.start_ticks
-
-
-def _pid_exists(pid: int) -> bool:
-    if Path("/proc/self").exists():
-        return False  # /proc works here, so a missing /proc/<pid> means the process is gone
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _start_ticks(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
-
-
-def free_ports(count: int) -> list[int]:
-    """Distinct loopback ports free right now (held together so they differ)."""
-    with ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
+    """Start one of the sandbox's processes (detached, its output in `log_path`)."""
+    process = spawn(name, args, log_path, env=env)
+    sandbox.launched.append(process)
+    return process
 
 
 def _service_account_keys(workdir: Path) -> tuple[Path, Path]:
@@ -769,32 +562,3 @@ def _service_account_keys(workdir: Path) -> tuple[Path, Path]:
         if result.returncode != 0:
             raise SandboxError(f"{' '.join(command)} failed: {result.stderr.strip()}")
     return private_key, public_key
-
-
-# --- state file ------------------------------------------------------------------------------
-
-
-def _process_from_state(data: Mapping[str, Any]) -> SandboxProcess:
-    return SandboxProcess(
-        data["name"],
-        data["pid"],
-        data["start_ticks"],
-        Path(data["log"]),
-        tuple(data.get("args") or ()),
-    )
-
-
-def _cluster_from_state(data: Mapping[str, Any]) -> MemberCluster:
-    paths = {"ca_file", "admin_kubeconfig", "worker_kubeconfig"}
-    tuples = {"worker_namespaces", "node_names"}
-    values: dict[str, Any] = {}
-    for key, value in data.items():
-        if key in paths:
-            values[key] = Path(value)
-        elif key in tuples:
-            values[key] = tuple(value)
-        elif key == "processes":
-            values[key] = tuple(_process_from_state(p) for p in value)
-        else:
-            values[key] = value
-    return MemberCluster(**values)

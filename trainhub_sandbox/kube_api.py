@@ -9,12 +9,10 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from trainhub.sandbox.errors import SandboxError
-
-if TYPE_CHECKING:
-    from trainhub.sandbox.kube_cluster import MemberCluster
+from trainhub_sandbox.errors import SandboxError
+from trainhub_sandbox.kube_model import MemberCluster
 
 
 class ApiClient:

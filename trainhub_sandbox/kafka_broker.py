@@ -14,7 +14,6 @@ import os
 import re
 import secrets
 import shutil
-import signal
 import socket
 import struct
 import subprocess
@@ -25,25 +24,25 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from trainhub.sandbox.cache import default_cache_dir
-from trainhub.sandbox.errors import SandboxError
+from trainhub_sandbox import processes
+from trainhub_sandbox.cache import default_cache_dir
+from trainhub_sandbox.errors import SandboxError
+from trainhub_sandbox.processes import LOOPBACK, SandboxProcess, free_ports, log_tail, tail
 
-_REPO_ROOT = Path(__file__).resolve().parents[2]
-KAFKA_DEPLOY_DIR = _REPO_ROOT / "deploy" / "sandbox" / "kafka"
-KAFKA_POM = KAFKA_DEPLOY_DIR / "pom.xml"
-KAFKA_LOG4J_CONFIG = KAFKA_DEPLOY_DIR / "log4j2.properties"
+# Package data: the pom Maven resolves the jars from, and the broker's logging settings.
+KAFKA_DATA_DIR = Path(__file__).resolve().parent / "data" / "kafka"
+KAFKA_POM = KAFKA_DATA_DIR / "pom.xml"
+KAFKA_LOG4J_CONFIG = KAFKA_DATA_DIR / "log4j2.properties"
 
 # 3.8.1 and 3.11.0 both run on Maven 3.8.7; pinned so a resolve never depends on plugin lookup.
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 SCRAM_MECHANISM = "SCRAM-SHA-512"
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 NODE_ID = 1
-LOOPBACK = "127.0.0.1"
 
 _POM_NS = "{http://maven.apache.org/POM/4.0.0}"
 _MAVEN_TIMEOUT_S = 900.0
 _STOP_TIMEOUT_S = 15.0
-_KILL_TIMEOUT_S = 5.0
 _POLL_INTERVAL_S = 0.25
 _PROBE_TIMEOUT_S = 2.0
 _LOG_TAIL_LINES = 40
@@ -54,12 +53,7 @@ _SCRAM_ITERATIONS = 8192
 _FAST_START_JVM_OPTS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Djava.awt.headless=true")
 _BROKER_JVM_OPTS = ("-Xms256m", "-Xmx512m", *_FAST_START_JVM_OPTS)
 _TOOL_JVM_OPTS = ("-Xmx256m", *_FAST_START_JVM_OPTS)
-_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 _PLAIN_USER = re.compile(r"[A-Za-z0-9._-]+")
-
-# Brokers this process launched, so stop_kafka can reap them instead of leaving zombies (and
-# so the Popen objects are not collected while running, which warns).
-_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
 @dataclass(frozen=True)
@@ -139,7 +133,7 @@ def _copy_dependencies(lib: Path) -> None:
     result = _run_tool(command, "resolving the Kafka jars with Maven", _MAVEN_TIMEOUT_S)
     if not any(lib.glob("kafka_2.13-*.jar")):
         raise SandboxError(
-            f"Maven finished but {lib} holds no kafka_2.13 jar\n{_tail(result, _OUTPUT_TAIL_LINES)}"
+            f"Maven finished but {lib} holds no kafka_2.13 jar\n{tail(result, _OUTPUT_TAIL_LINES)}"
         )
 
 
@@ -172,18 +166,14 @@ def _run_tool(command: list[str], what: str, timeout: float) -> str:
     except subprocess.TimeoutExpired as exc:
         output = exc.output if isinstance(exc.output, str) else ""
         raise SandboxError(
-            f"{what} timed out after {timeout:.0f}s\n{_tail(output, _OUTPUT_TAIL_LINES)}"
+            f"{what} timed out after {timeout:.0f}s\n{tail(output, _OUTPUT_TAIL_LINES)}"
         ) from exc
     if result.returncode != 0:
         raise SandboxError(
             f"{what} failed (exit code {result.returncode}): {' '.join(command[:3])} ...\n"
-            f"{_tail(result.stdout, _OUTPUT_TAIL_LINES)}"
+            f"{tail(result.stdout, _OUTPUT_TAIL_LINES)}"
         )
     return result.stdout
-
-
-def _tail(text: str, lines: int) -> str:
-    return "\n".join(_ANSI_ESCAPE.sub("", text).rstrip().splitlines()[-lines:])
 
 
 # --- start ------------------------------------------------------------------------------------
@@ -222,7 +212,7 @@ def start_kafka(
     if data_dir.exists():
         raise SandboxError(f"{data_dir} already exists; start each broker in a fresh workdir")
     data_dir.mkdir(parents=True)
-    ports = _free_ports(3 if users else 2)
+    ports = free_ports(3 if users else 2)
     config_path = workdir / "server.properties"
     props = _server_properties(data_dir, ports)
     if authorizer and admin is not None:
@@ -252,7 +242,7 @@ def relaunch_kafka(broker: KafkaBroker, *, timeout: float = 90) -> KafkaBroker:
     """Start a stopped sandbox broker again from its own workdir: the same configuration,
     ports, data and cluster id, so clients reconnect to the address they know and find their
     topics, offsets and groups. Returns the broker with its new PID."""
-    if _is_alive(broker.pid) and _is_our_broker(broker.pid, str(broker.config_path)):
+    if _is_our_broker(broker.pid, str(broker.config_path)):
         raise SandboxError(f"Kafka broker PID {broker.pid} is still running; stop it first")
     lib = resolve_kafka_classpath()
     deadline = time.monotonic() + timeout
@@ -279,18 +269,6 @@ def _check_scram_users(users: Mapping[str, str]) -> None:
             raise ValueError(f"SCRAM user name {name!r} must be non-empty without ',' or '\"'")
         if not password:
             raise ValueError(f"SCRAM user {name!r} needs a non-empty password")
-
-
-def _free_ports(count: int) -> list[int]:
-    # Hold every socket until all are picked so the kernel hands out distinct ports.
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind((LOOPBACK, 0))
-        return [int(sock.getsockname()[1]) for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def _server_properties(data_dir: Path, ports: list[int]) -> dict[str, str]:
@@ -431,7 +409,7 @@ def _format_storage(
     _run_tool(command, "formatting the Kafka storage (kafka.tools.StorageTool)", timeout)
 
 
-def _launch(lib: Path, config_path: Path, log_path: Path) -> subprocess.Popen[bytes]:
+def _launch(lib: Path, config_path: Path, log_path: Path) -> SandboxProcess:
     command = [
         _java(),
         *_BROKER_JVM_OPTS,
@@ -441,26 +419,15 @@ def _launch(lib: Path, config_path: Path, log_path: Path) -> subprocess.Popen[by
         "kafka.Kafka",
         str(config_path),
     ]
-    with log_path.open("ab") as log:
-        # Its own session: a Ctrl-C aimed at the test run must not kill the broker mid-teardown.
-        process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=config_path.parent,
-            start_new_session=True,
-        )
-    _CHILDREN[process.pid] = process
-    return process
+    return processes.spawn("kafka", command, log_path, cwd=config_path.parent)
 
 
 def _await_ready(
-    process: subprocess.Popen[bytes], port: int, deadline: float, timeout: float, log_path: Path
+    process: SandboxProcess, port: int, deadline: float, timeout: float, log_path: Path
 ) -> None:
     try:
         while True:
-            returncode = process.poll()
+            returncode = processes.exit_code(process)
             if returncode is not None:
                 raise SandboxError(f"Kafka exited with code {returncode} before it was ready")
             if _broker_answers_metadata(port):
@@ -474,16 +441,8 @@ def _await_ready(
     except BaseException as exc:
         stop_kafka(process.pid)
         if isinstance(exc, SandboxError):
-            raise SandboxError(f"{exc}\n{_log_tail(log_path)}") from exc
+            raise SandboxError(f"{exc}\n{log_tail(log_path, _LOG_TAIL_LINES)}") from exc
         raise
-
-
-def _log_tail(log_path: Path) -> str:
-    try:
-        text = log_path.read_text(errors="replace")
-    except OSError as exc:
-        return f"(no broker log at {log_path}: {exc})"
-    return f"--- last {_LOG_TAIL_LINES} lines of {log_path} ---\n{_tail(text, _LOG_TAIL_LINES)}"
 
 
 # --- readiness probe: a real Metadata request over the Kafka wire protocol -------------------
@@ -570,73 +529,11 @@ def stop_kafka(broker_or_pid: KafkaBroker | int, *, timeout: float = _STOP_TIMEO
         pid, expected = broker_or_pid.pid, str(broker_or_pid.config_path)
     else:
         pid, expected = broker_or_pid, "kafka.Kafka"
-    try:
-        if not _is_alive(pid) or not _is_our_broker(pid, expected):
-            return
-        if timeout > 0:
-            _signal(pid, signal.SIGTERM)
-            if _wait_gone(pid, timeout):
-                return
-        _signal(pid, signal.SIGKILL)
-        if not _wait_gone(pid, _KILL_TIMEOUT_S):
-            raise SandboxError(f"Kafka broker PID {pid} survived SIGKILL")
-    finally:
-        if not _is_alive(pid):
-            _CHILDREN.pop(pid, None)
-
-
-def _signal(pid: int, signum: signal.Signals) -> None:
-    try:
-        os.kill(pid, signum)
-    except ProcessLookupError:
-        pass  # exited between the check and the signal
+    if not _is_our_broker(pid, expected):
+        return
+    processes.stop(pid, grace=timeout, name="Kafka broker")
 
 
 def _is_our_broker(pid: int, expected: str) -> bool:
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return True  # no /proc to ask (not Linux): trust the caller's PID
-    return expected in cmdline
-
-
-def _is_alive(pid: int) -> bool:
-    child = _CHILDREN.get(pid)
-    if child is not None:
-        return child.poll() is None
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return _signal_zero_succeeds(pid)
-    # A zombie (Z) or dead (X) process has exited; only its parent's reaping is left.
-    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
-
-
-def _signal_zero_succeeds(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _wait_gone(pid: int, timeout: float) -> bool:
-    child = _CHILDREN.get(pid)
-    if child is not None:
-        try:
-            child.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return False
-        return True
-    deadline = time.monotonic() + timeout
-    while _is_alive(pid):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.1)
-    return True
+    """Whether `pid` runs and is still the broker its command line names."""
+    return processes.is_running(pid) and processes.command_line_has(pid, expected)

@@ -14,13 +14,13 @@ from typing import Any
 import yaml
 
 from bus.kafka_settings import KafkaSettings
-from trainhub.sandbox.cache import default_cache_dir
-from trainhub.sandbox.errors import SandboxError
-from trainhub.sandbox.kafka_broker import start_kafka, stop_kafka
-from trainhub.sandbox.kafka_users import grant, role_users, write_configs
-from trainhub.sandbox.kube_cluster import (
-    ClusterSpec,
+from trainhub_sandbox.cache import default_cache_dir
+from trainhub_sandbox.errors import SandboxError
+from trainhub_sandbox.kafka_broker import start_kafka, stop_kafka
+from trainhub_sandbox.kafka_users import grant, role_users, write_configs
+from trainhub_sandbox.kube_cluster import (
     KubeSandbox,
+    MemberClusterPlan,
     load_state,
     start_apiserver,
     start_member_clusters,
@@ -28,6 +28,7 @@ from trainhub.sandbox.kube_cluster import (
     stop_member_clusters,
     write_state,
 )
+from trainhub_sandbox.processes import is_running
 
 STATE = "sandbox.json"
 SCRAM_USER = "trainhub"
@@ -57,21 +58,11 @@ def read_state(root: Path | None = None) -> SandboxState | None:
     return SandboxState(kafka=data["kafka"], clusters=data["clusters"])
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def cluster_specs(count: int, clusters_file: Path | None) -> list[ClusterSpec]:
+def cluster_plans(count: int, clusters_file: Path | None) -> list[MemberClusterPlan]:
     if clusters_file is not None:
         data = yaml.safe_load(clusters_file.read_text()) or {}
-        return [ClusterSpec.from_mapping(c) for c in data.get("clusters", [])]
-    return [ClusterSpec(name=f"cluster-{i + 1}") for i in range(count)]
+        return [MemberClusterPlan.from_mapping(c) for c in data.get("clusters", [])]
+    return [MemberClusterPlan(name=f"cluster-{i + 1}") for i in range(count)]
 
 
 def sandbox_up(
@@ -89,7 +80,7 @@ def sandbox_up(
     a `--config` file each (kafka/users/<user>.yaml)."""
     root = sandbox_dir()
     existing = read_state(root)
-    if existing is not None and _alive(int(existing.kafka["pid"])):
+    if existing is not None and is_running(int(existing.kafka["pid"])):
         raise SandboxError(
             f"a sandbox is already running (state in {root}); run `trainhub sandbox down`"
         )
@@ -97,7 +88,7 @@ def sandbox_up(
         shutil.rmtree(root)
     root.mkdir(parents=True)
     password = os.urandom(12).hex()
-    specs = cluster_specs(count, clusters_file)
+    specs = cluster_plans(count, clusters_file)
     served = list(acl_clusters) or [spec.name for spec in specs] or ["cluster-1"]
     users = role_users(served) if acls else []
     passwords = {SCRAM_USER: password, **{user.name: os.urandom(12).hex() for user in users}}
@@ -159,7 +150,7 @@ def sandbox_down() -> list[str]:
         stopped.append("member clusters")
     if state is not None:
         pid = int(state.kafka["pid"])
-        if _alive(pid):
+        if is_running(pid):
             stop_kafka(pid)
             stopped.append(f"kafka (pid {pid})")
         (root / STATE).unlink()

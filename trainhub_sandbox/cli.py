@@ -1,0 +1,113 @@
+"""`trainhub sandbox up|status|down`: the sandbox's commands, a typer group that trainhub's
+CLI adds where this package is installed (the dev extra). The sandbox itself is imported by
+each command, so that `trainhub --help` stays quick."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from trainhub.cli_help import examples
+from trainhub.cli_jobs import print_structured
+from trainhub.cli_output import Output, console, fail
+from trainhub_sandbox.errors import SandboxError
+
+sandbox_app = typer.Typer(
+    help="A local Kafka broker and Kubernetes member clusters for demos.",
+    epilog=examples(
+        "trainhub sandbox up --clusters 2",
+        "trainhub sandbox status -o json",
+        "trainhub sandbox down",
+    ),
+)
+
+
+@sandbox_app.command(
+    "up",
+    epilog=examples(
+        "trainhub sandbox up",
+        "trainhub sandbox up --clusters 2",
+        "trainhub sandbox up --clusters-file clusters.yaml",
+        "trainhub sandbox up --acls --acl-clusters east,west",
+    ),
+)
+def sandbox_up_command(
+    clusters: Annotated[int, typer.Option("--clusters", help="Member clusters to start.")] = 0,
+    clusters_file: Annotated[
+        Path | None, typer.Option(help="YAML {clusters: [{name, pools: [...]}]} instead.")
+    ] = None,
+    acls: Annotated[
+        bool,
+        typer.Option(
+            "--acls",
+            help="Authorise every Kafka request: users hub, producer and worker-<cluster>, "
+            "each with its role's ACLs and a --config file (see `sandbox status`).",
+        ),
+    ] = False,
+    acl_clusters: Annotated[
+        str,
+        typer.Option(
+            help="With --acls: comma-separated clusters to make worker users for "
+            "(default: the member clusters, or cluster-1)."
+        ),
+    ] = "",
+) -> None:
+    """Start the sandbox; it keeps running until `trainhub sandbox down`."""
+    from trainhub_sandbox.control import sandbox_up
+
+    served = [c.strip() for c in acl_clusters.split(",") if c.strip()]
+    if served and not acls:
+        raise fail("--acl-clusters needs --acls")
+    try:
+        state = sandbox_up(clusters, clusters_file, acls=acls, acl_clusters=served)
+    except (SandboxError, OSError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    if acls:
+        console.print(f"kafka: {state.kafka['sasl_bootstrap']} (SCRAM-SHA-512, ACLs on)")
+        _print_sandbox_users(state.kafka)
+    else:
+        console.print(
+            f"kafka: {state.kafka['bootstrap']} "
+            f"(export TRAINHUB_BOOTSTRAP={state.kafka['bootstrap']})"
+        )
+    for cluster in state.clusters:
+        console.print(f"cluster {cluster['name']}: kubeconfig {cluster['kubeconfig']}")
+
+
+@sandbox_app.command(
+    "status",
+    epilog=examples("trainhub sandbox status", "trainhub sandbox status -o json"),
+)
+def sandbox_status_command(
+    output: Annotated[Output, typer.Option("-o", "--output")] = Output.text,
+) -> None:
+    """Show how to reach the running sandbox."""
+    from trainhub_sandbox.control import read_state
+
+    state = read_state()
+    if state is None:
+        raise fail("no sandbox is running (start one with `trainhub sandbox up`)", code=3)
+    if output != Output.text:
+        print_structured(state.public(), output.value)
+        return
+    console.print(f"kafka: {state.kafka['bootstrap']} (SCRAM: {state.kafka['sasl_bootstrap']})")
+    _print_sandbox_users(state.kafka)
+    for cluster in state.clusters:
+        console.print(f"cluster {cluster['name']}: {cluster['kubeconfig']} ({cluster['context']})")
+
+
+def _print_sandbox_users(kafka: dict[str, Any]) -> None:
+    """The users `sandbox up --acls` made, each with its --config file."""
+    for user, entry in kafka.get("users", {}).items():
+        console.print(f"  {entry['role']} user {user}: --config {entry['config']}")
+
+
+@sandbox_app.command("down", epilog=examples("trainhub sandbox down"))
+def sandbox_down_command() -> None:
+    """Stop every sandbox process, by PID."""
+    from trainhub_sandbox.control import sandbox_down
+
+    stopped = sandbox_down()
+    console.print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
