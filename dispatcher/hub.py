@@ -174,7 +174,8 @@ class Hub:
             context.wake.clear()
             await self.liveness.check()
             await self.intake.delete_expired()
-            context.ledger.compact_finished()
+            context.ledger.compact_finished(context.config.finished_retention)
+            context.ledger.forget_expired()
             placed = await self.scheduling.run()
             if placed:
                 self.outbox.hold(placed)

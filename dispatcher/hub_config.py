@@ -26,3 +26,8 @@ class HubConfig:
     amounts move with every heartbeat, and so do the reasons; publishing each change (with
     the whole decision) was one status per waiting job per pass: 500 statuses and 17 MB a
     second for 500 jobs waiting on 200 clusters."""
+    finished_retention: float = 86400.0
+    """Seconds a finished job stays in the hub's ledger after it ended (then it is forgotten,
+    as Kubernetes garbage-collects a job object: `get` no longer finds it, its name is free,
+    its history stays on the status topic). Bounds the hub's memory by the jobs of that
+    window rather than every job it ever saw."""

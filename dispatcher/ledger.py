@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import heapq
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -195,6 +197,10 @@ class Ledger:
         self._by_phase: dict[JobPhase, dict[str, JobRecord]] = {p: {} for p in JobPhase}
         self._finished: dict[str, JobRecord] = {}
         """Records that finished since the last `compact_finished`."""
+        self._forget_at: list[tuple[float, int, JobRecord]] = []
+        """Compacted records by when they leave the ledger (a heap): a long-running hub
+        holds the jobs of its retention, not every job it ever saw."""
+        self._forget_order = 0
 
     def get(self, uid: str) -> JobRecord | None:
         return self._jobs.get(uid)
@@ -216,18 +222,41 @@ class Ledger:
         if phase.finished:
             self._finished[record.uid] = record
 
-    def compact_finished(self) -> int:
+    def compact_finished(self, retention: float = math.inf) -> int:
         """Compact the records that finished since the last call and still are; returns how
         many. Called between scheduling passes rather than on the phase change itself, so the
         code that finishes a job can still publish its decision in the final status. Without
-        it a long-running hub would hold every job it ever ran in full."""
+        it a long-running hub would hold every job it ever ran in full. Each is forgotten
+        `retention` seconds after it finished (`forget_expired`)."""
         finished, self._finished = self._finished, {}
         compacted = 0
+        now = time.time()
         for uid, record in finished.items():
             if record.phase.finished and self._jobs.get(uid) is record:
                 record.compact()
                 compacted += 1
+                if retention != math.inf:
+                    ended = record.status.completionTime if record.status else None
+                    at = (ended.timestamp() if ended is not None else now) + retention
+                    self._forget_order += 1
+                    heapq.heappush(self._forget_at, (at, self._forget_order, record))
         return compacted
+
+    def forget_expired(self, now: float | None = None) -> int:
+        """Drop the finished records whose retention ran out and that are still finished and
+        still held (a job submitted again under the same uid is a new record); returns how
+        many. A job forgotten is as one Kubernetes garbage-collected: its name is free, and
+        its history stays on the status topic."""
+        now = time.time() if now is None else now
+        forgotten = 0
+        while self._forget_at and self._forget_at[0][0] <= now:
+            _, _, record = heapq.heappop(self._forget_at)
+            if record.phase.finished and self._jobs.get(record.uid) is record:
+                del self._jobs[record.uid]
+                self._by_phase[record.phase].pop(record.uid, None)
+                record._ledger = None
+                forgotten += 1
+        return forgotten
 
     def all(self) -> list[JobRecord]:
         return list(self._jobs.values())

@@ -1,0 +1,181 @@
+"""Batches of jobs in a row through a hub and `sim` workers run as processes on a real broker:
+does a job cost the same however many came before it?
+
+Per batch: wall time from the first submission to the last job's end, the hub's and the
+workers' CPU per job (from /proc, user + system), and their RSS at the batch's end. Written
+to bench/results/soak.json with the ratio of the last batch's CPU per job to the first's.
+
+Usage: python -m bench.soak [--batches N] [--jobs N] [--workers N] [--bootstrap HOST:PORT]
+Without --bootstrap a sandbox broker is started (and stopped) for the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from bench.hub_throughput import kafka_bus, submit_document_nowait
+from bench.jobs import jax_job
+from bus.base import Bus, Subscription
+from bus.topics import Topics
+from schemas.codec import decode_event
+from schemas.events import EventType, JobStatusUpdate
+from schemas.job_parsing import job_uid_of
+from schemas.sim_annotations import SIM_DURATION
+from tests.kafka.processes import Process, sim_worker
+from trainhub.logs import setup_logging
+
+RESULTS = Path(__file__).parent / "results"
+_TICKS = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def rss_bytes(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * _PAGE
+
+
+def soak_job(name: str, cleanup: str) -> dict[str, Any]:
+    """A two-worker JAXJob whose sim pods end at once."""
+    document = jax_job(name, 2, "100m", "64Mi")
+    spec = document["spec"]
+    spec["runPolicy"]["cleanPodPolicy"] = cleanup
+    template = spec["jaxReplicaSpecs"]["Worker"]["template"]
+    template["metadata"] = {"annotations": {SIM_DURATION: "0s"}}
+    return document
+
+
+async def _status_from_now(bus: Bus, topics: Topics) -> Subscription:
+    subscription = bus.subscribe([topics.status], group=None)
+    await subscription.start()
+    await subscription.seek_to_time(int(time.time() * 1000))
+    return subscription
+
+
+async def ended(
+    subscription: Subscription, uids: set[str], timeout: float
+) -> tuple[float, Counter[str]]:
+    """Wait until every job of `uids` has a finished status; returns when the last did, and
+    how many ended in each phase."""
+    left = set(uids)
+    phases: Counter[str] = Counter()
+    last = time.monotonic()
+    deadline = last + timeout
+    try:
+        while left:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(left)} of {len(uids)} jobs did not finish in {timeout}s")
+            for record in await subscription.poll(timeout=1.0, max_records=10_000):
+                event = decode_event(record.headers, record.value)
+                if event.type != EventType.JOB_STATUS:
+                    continue
+                update = event.data_as(JobStatusUpdate)
+                if update.uid in left and update.phase.finished:
+                    left.discard(update.uid)
+                    phases[update.phase.value] += 1
+                    last = time.monotonic()
+    finally:
+        await subscription.stop()
+    return last, phases
+
+
+async def run(
+    batches: int, jobs: int, workers: int, cleanup: str, bootstrap: str | None
+) -> dict[str, Any]:
+    logs = Path(tempfile.mkdtemp(prefix="bench-soak-"))
+    prefix = f"soak-{uuid.uuid4().hex[:6]}"
+    async with kafka_bus(bootstrap) as (bus, address):
+        topics = Topics(prefix=prefix)
+        common = ["--bootstrap", address, "--topic-prefix", prefix]
+        hub = Process("hub", ["hub", *common, "--max-heartbeat-age", "60"], logs)
+        capacity = "cpu=100000,memory=100000Gi,nodes=20"
+        fleet = [
+            sim_worker(f"c{i}", common, logs, capacity=capacity, heartbeat_interval=1.0)
+            for i in range(workers)
+        ]
+        processes = [hub, *fleet]
+        try:
+            await asyncio.sleep(5)  # the hub starts and hears every worker's heartbeat
+            rows: list[dict[str, Any]] = []
+            for batch in range(batches):
+                before = {p.name: cpu_seconds(p.popen.pid) for p in processes}
+                documents = [soak_job(f"soak-{batch}-{i}", cleanup) for i in range(jobs)]
+                uids = {job_uid_of(d) or "" for d in documents}
+                # Following the status topic from its end before the first submission.
+                subscription = await _status_from_now(bus, topics)
+                started = time.monotonic()
+                for document in documents:
+                    await submit_document_nowait(bus, topics, document)
+                await bus.flush()
+                last, phases = await ended(subscription, uids, timeout=1800)
+                after = {p.name: cpu_seconds(p.popen.pid) for p in processes}
+                worker_cpu = sum(after[p.name] - before[p.name] for p in fleet)
+                row = {
+                    "batch": batch + 1,
+                    "jobs": len(uids),
+                    "ended": dict(phases),
+                    "wall_s": round(last - started, 2),
+                    "hub_cpu_ms_per_job": round(
+                        1000 * (after[hub.name] - before[hub.name]) / jobs, 3
+                    ),
+                    "worker_cpu_ms_per_job": round(1000 * worker_cpu / jobs, 3),
+                    "hub_rss_mb": round(rss_bytes(hub.popen.pid) / 2**20, 1),
+                    "worker_rss_mb": [round(rss_bytes(p.popen.pid) / 2**20, 1) for p in fleet],
+                }
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+        finally:
+            for process in processes:
+                process.terminate()
+    first, last_row = rows[0], rows[-1]
+
+    def ratio(key: str) -> float:
+        return round(float(last_row[key]) / max(float(first[key]), 1e-9), 3)
+
+    return {
+        "batches": batches,
+        "jobs_per_batch": jobs,
+        "workers": workers,
+        "cleanPodPolicy": cleanup,
+        "rows": rows,
+        "last_to_first_hub_cpu_per_job": ratio("hub_cpu_ms_per_job"),
+        "last_to_first_worker_cpu_per_job": ratio("worker_cpu_ms_per_job"),
+        "machine_cores": os.cpu_count(),
+        "logs": str(logs),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--batches", type=int, default=10)
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--clean-pod-policy", default="None", choices=["None", "All", "Running"])
+    parser.add_argument("--bootstrap")
+    parser.add_argument("--output", type=Path, default=RESULTS / "soak.json")
+    args = parser.parse_args()
+    setup_logging()
+    result = asyncio.run(
+        run(args.batches, args.jobs, args.workers, args.clean_pod_policy, args.bootstrap)
+    )
+    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k != "rows"}, indent=2))
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
