@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from dispatcher.amounts import Amount, compact_all
-from dispatcher.pod_policy import PrivilegeRequest, requested_privileges
+from dispatcher.pod_policy import PodSecurityNeeds, pod_security_needs
 from dispatcher.port_rooms import is_port_resource, port_resource
 from schemas.kubeflow import AnyJob
 from schemas.names import LABEL_KEY_PATTERN, LABEL_VALUE_PATTERN
@@ -274,9 +274,9 @@ class JobProfile:
         "key",
         "namespace",
         "ordered",
+        "pod_security",
         "ports",
         "preferred_clusters",
-        "privileges",
         "problem",
         "scored",
         "total",
@@ -290,7 +290,7 @@ class JobProfile:
         namespace: str,
         cluster_selector: tuple[LabelRequirement, ...],
         preferred_clusters: tuple[LabelRequirement, ...],
-        privileges: tuple[PrivilegeRequest, ...],
+        pod_security: PodSecurityNeeds,
         problem: str | None,
         key: tuple[object, ...],
         scored: tuple[tuple[str, float], ...] = (),
@@ -303,7 +303,8 @@ class JobProfile:
         self.namespace = namespace
         self.cluster_selector = cluster_selector
         self.preferred_clusters = preferred_clusters
-        self.privileges = privileges
+        self.pod_security = pod_security
+        """What its pods need of a cluster's pod security (dispatcher/pod_policy.py)."""
         self.problem = problem
         """Why the job cannot be placed anywhere, whatever the clusters (malformed
         constraints)."""
@@ -340,7 +341,7 @@ def profile_job(job: AnyJob) -> JobProfile:
         )
     selector = _annotation_selector(annotations, CLUSTER_SELECTOR, problems)
     preferred = _annotation_selector(annotations, PREFERRED_CLUSTER_LABELS, problems)
-    privileges = requested_privileges(job, [d.replica_type for d in demands])
+    pod_security = pod_security_needs(job, [d.replica_type for d in demands])
     namespace = job.metadata.namespace
     problem = "; ".join(problems) or None
     total = total_demand(list(demands))
@@ -351,9 +352,9 @@ def profile_job(job: AnyJob) -> JobProfile:
         namespace=namespace,
         cluster_selector=selector,
         preferred_clusters=preferred,
-        privileges=privileges,
+        pod_security=pod_security,
         problem=problem,
-        key=(tuple(d.key for d in demands), namespace, selector, preferred, privileges, problem),
+        key=(tuple(d.key for d in demands), namespace, selector, preferred, pod_security, problem),
         scored=tuple([(r, float(total.get(r, 0))) for r in scored_resources(total)]),
         ports=demanded_ports(demands),
     )

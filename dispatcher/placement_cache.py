@@ -339,7 +339,7 @@ class ClusterFacts:
                 f"namespace {profile.namespace!r} is not allowed on this cluster",
                 never=True,
             )
-        refusal = policy_refusal(profile.privileges, snapshot.policy)
+        refusal = policy_refusal(profile.pod_security, snapshot.policy)
         if refusal is not None:
             return rejected(self.name, refusal, never=True)
         nodes = self.snapshot.nodes

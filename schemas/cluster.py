@@ -53,35 +53,51 @@ class NodeSnapshot(BaseModel):
         return self.allocatable.get(resource, Decimal(0)) - self.requested.get(resource, Decimal(0))
 
 
+PodSecurityLevel = Literal["privileged", "baseline", "restricted"]
+"""The Kubernetes Pod Security Standards levels, least to most restrictive."""
+
+
 class ClusterPolicy(BaseModel):
-    """What pods may ask of this cluster's nodes; everything is refused unless allowed."""
+    """What pods may ask of this cluster's nodes: the Pod Security Standards level its pods
+    are held to (as the Kubernetes Pod Security admission checks it), and the host privileges
+    allowed on top of that level."""
 
     model_config = ConfigDict(extra="forbid")
 
+    podSecurity: PodSecurityLevel = "baseline"
     allowPrivileged: bool = False
     allowHostPath: bool = False
     allowHostNetwork: bool = False
     allowHostPID: bool = False
+    allowHostIPC: bool = False
+    allowHostPorts: bool = False
 
     @classmethod
-    def allowing(cls, names: Iterable[str]) -> ClusterPolicy:
-        """The policy allowing exactly `names` (privileged, hostPath, hostNetwork, hostPID, as
-        `trainhub worker --allow` takes them); ValueError names an unknown one."""
+    def allowing(
+        cls, names: Iterable[str], podSecurity: PodSecurityLevel = "baseline"
+    ) -> ClusterPolicy:
+        """The policy at level `podSecurity` allowing exactly `names` on top (privileged,
+        hostPath, hostNetwork, hostPID, hostIPC, hostPorts, as `trainhub worker --allow`
+        takes them); ValueError names an unknown one."""
         fields: dict[str, bool] = {}
         for name in names:
-            field_name = _ALLOWANCES.get(name)
+            field_name = ALLOWANCES.get(name)
             if field_name is None:
-                raise ValueError(f"unknown pod privilege {name!r}; known: {', '.join(_ALLOWANCES)}")
+                raise ValueError(f"unknown pod privilege {name!r}; known: {', '.join(ALLOWANCES)}")
             fields[field_name] = True
-        return cls(**fields)
+        return cls(podSecurity=podSecurity, **fields)
 
 
-_ALLOWANCES = {
+ALLOWANCES: dict[str, str] = {
     "privileged": "allowPrivileged",
     "hostPath": "allowHostPath",
     "hostNetwork": "allowHostNetwork",
     "hostPID": "allowHostPID",
+    "hostIPC": "allowHostIPC",
+    "hostPorts": "allowHostPorts",
 }
+"""The exceptions a cluster may allow on top of its level, by the name `--allow` takes, with
+the ClusterPolicy field each sets."""
 
 
 class ClusterSnapshot(BaseModel):

@@ -17,6 +17,7 @@ from dispatcher.hub import Hub, HubConfig
 from dispatcher.ledger import JobRecord, Ledger
 from dispatcher.placement import Placement
 from dispatcher.placement_config import PlacementConfig
+from schemas.cluster import ClusterPolicy
 from schemas.events import EventType, JobAssigned, JobStatusUpdate, JobSubmitted, make_event
 from schemas.job_parsing import parse_job
 from schemas.kubeflow import AnyJob
@@ -168,7 +169,8 @@ async def test_a_restarted_hub_keeps_the_host_ports_a_placed_job_holds() -> None
     topics = Topics(prefix="ports")
     first = Hub(bus, topics, HubConfig(schedule_interval=0.05))
     await first.start()
-    snapshot = cluster("east", node("n1", cpu="4", memory="8Gi"), node("n2", cpu="4", memory="8Gi"))
+    nodes = node("n1", cpu="4", memory="8Gi"), node("n2", cpu="4", memory="8Gi")
+    snapshot = cluster("east", *nodes, policy=ClusterPolicy(allowHostPorts=True))
     await publish_heartbeat(bus, topics, snapshot)
     # Two pods of 1 cpu holding port 7070: one on each node, though one node has room for both.
     uid = await submit_document(bus, topics, with_host_port(jax_job("held", cpu="1"), 7070))

@@ -30,8 +30,8 @@ def test_policy_allows_exactly_what_is_named() -> None:
     assert policy.allowHostPath and policy.allowPrivileged
     assert not policy.allowHostNetwork and not policy.allowHostPID
     assert ClusterPolicy.allowing([]) == ClusterPolicy()
-    with pytest.raises(ValueError, match=r"unknown pod privilege 'hostIPC'.*hostPID"):
-        ClusterPolicy.allowing(["hostIPC"])
+    with pytest.raises(ValueError, match=r"unknown pod privilege 'hostUsers'.*hostPID"):
+        ClusterPolicy.allowing(["hostUsers"])
 
 
 @pytest.mark.parametrize(
