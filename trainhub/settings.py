@@ -65,6 +65,12 @@ class TrainhubSettings(BaseSettings):
         description="Hub: seconds a waiting job's published WaitingForCapacity reason stands "
         "before a changed one is published (the first goes out at once).",
     )
+    finished_retention: float = Field(
+        default=86400.0,
+        gt=0,
+        description="Hub: seconds a finished job stays known to the hub after it ended (then "
+        "it is forgotten, as Kubernetes garbage-collects a job: its name is free again).",
+    )
     heartbeat_overdue_after: float | None = Field(
         default=None,
         gt=0,
