@@ -49,7 +49,7 @@ from dispatcher.gang_fit import Usage
 from dispatcher.placement import Placer, VersionedReservations
 from dispatcher.placement_config import PlacementConfig
 from dispatcher.port_rooms import is_port_resource, port_of
-from schemas.cluster import ClusterSnapshot, NodeSnapshot
+from schemas.cluster import ClusterPolicy, ClusterSnapshot, NodeSnapshot
 from schemas.job_parsing import parse_job
 from schemas.kubeflow import AnyJob
 from trainhub.processes import tune_gc
@@ -119,7 +119,12 @@ class Fleet:
             nodes=nodes,
             sequence=self.sequence,
             jobs=sorted(self.running[cluster]),
+            # The host-port jobs' pods hold one, which baseline Pod Security refuses.
+            policy=_HOST_PORTS_ALLOWED,
         )
+
+
+_HOST_PORTS_ALLOWED = ClusterPolicy(allowHostPorts=True)
 
 
 def run(

@@ -55,6 +55,17 @@ class NodeSnapshot(BaseModel):
 
 PodSecurityLevel = Literal["privileged", "baseline", "restricted"]
 """The Kubernetes Pod Security Standards levels, least to most restrictive."""
+POD_SECURITY_LEVELS: tuple[PodSecurityLevel, ...] = ("privileged", "baseline", "restricted")
+
+
+def pod_security_level(name: str) -> PodSecurityLevel:
+    """`name` as a Pod Security Standards level; ValueError names the known ones."""
+    for level in POD_SECURITY_LEVELS:
+        if name == level:
+            return level
+    raise ValueError(
+        f"unknown pod security level {name!r}; known: {', '.join(POD_SECURITY_LEVELS)}"
+    )
 
 
 class ClusterPolicy(BaseModel):

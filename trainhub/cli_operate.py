@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 import yaml
 
-from schemas.cluster import ClusterPolicy, ClusterSnapshot
+from schemas.cluster import ClusterPolicy, ClusterSnapshot, pod_security_level
 from schemas.names import DNS1123_LABEL, label_problem
 from trainhub import member_rbac
 from trainhub.bus_factory import make_bus
@@ -178,15 +178,23 @@ def worker(
         list[str] | None,
         typer.Option(
             "--allow",
-            help="Let pods ask for privileged, hostPath, hostNetwork or hostPID here "
-            "(repeatable; refused by default).",
+            help="Let pods ask for privileged, hostPath, hostNetwork, hostPID, hostIPC or "
+            "hostPorts here on top of --pod-security (repeatable; refused by default).",
         ),
     ] = None,
+    pod_security: Annotated[
+        str,
+        typer.Option(
+            "--pod-security",
+            help="The cluster's Pod Security Standards level: privileged, baseline or "
+            "restricted, checked as Kubernetes Pod Security admission checks it.",
+        ),
+    ] = "baseline",
 ) -> None:
     """Run one cluster's worker: create the pods of the jobs the hub assigns to it."""
     require_bootstrap(settings)
     try:
-        policy = ClusterPolicy.allowing(allow or [])
+        policy = ClusterPolicy.allowing(allow or [], pod_security_level(pod_security))
         if weight is not None and not 0 <= weight <= 100:
             raise ValueError(f"--weight must be within 0..100 (got {weight:g})")
         if cost is not None and not cost >= 0:

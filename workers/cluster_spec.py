@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from schemas.cluster import ClusterPolicy
+from schemas.cluster import ClusterPolicy, PodSecurityLevel, pod_security_level
 from schemas.names import DNS1123_LABEL, label_problem
 from schemas.pod import is_extended_resource
 from schemas.quantity import parse_quantity
@@ -46,8 +46,10 @@ def check_cluster_name(name: str) -> None:
 def parse_cluster_spec(text: str) -> ClusterSpec:
     """`NAME[:key=value,...]`; keys are resources (cpu, memory, gpu, pods, any extended name;
     none given: cpu=4,memory=8Gi), `nodes` (count, default 1; each node gets the resources),
-    `label.KEY=VALUE`, and `allow=PRIVILEGE` (privileged, hostPath, hostNetwork or hostPID;
-    repeatable), which the cluster's pods may then ask for."""
+    `label.KEY=VALUE`, `pod-security=LEVEL` (privileged, baseline or restricted: the Pod
+    Security Standards level its pods are checked at, default baseline) and
+    `allow=PRIVILEGE` (privileged, hostPath, hostNetwork, hostPID, hostIPC or hostPorts;
+    repeatable), which the cluster's pods may then ask for on top of the level."""
     name, _, rest = text.partition(":")
     if not name:
         raise ValueError(f"cluster spec {text!r} has no name")
@@ -55,6 +57,7 @@ def parse_cluster_spec(text: str) -> ClusterSpec:
     spec = ClusterSpec(name=name, allocatable={"cpu": Decimal(4), "memory": Decimal(8 * 2**30)})
     sized = False  # the default size stands until a resource is given
     allowed: list[str] = []
+    level: PodSecurityLevel = "baseline"
     given: set[str] = set()
     for item in filter(None, rest.split(",")):
         key, sep, value = item.partition("=")
@@ -75,6 +78,11 @@ def parse_cluster_spec(text: str) -> ClusterSpec:
             spec.labels[key.removeprefix("label.")] = value
         elif key == "allow":
             allowed.append(value)
+        elif key == "pod-security":
+            try:
+                level = pod_security_level(value)
+            except ValueError as exc:
+                raise ValueError(f"cluster spec {text!r}: {exc}") from exc
         else:
             if not sized:
                 spec.allocatable, sized = {}, True
@@ -92,7 +100,7 @@ def parse_cluster_spec(text: str) -> ClusterSpec:
                 )
             spec.allocatable[resource] = amount
     try:
-        spec.policy = ClusterPolicy.allowing(allowed)
+        spec.policy = ClusterPolicy.allowing(allowed, level)
     except ValueError as exc:
         raise ValueError(f"cluster spec {text!r}: {exc}") from exc
     if sized and not {"cpu", "memory"} <= spec.allocatable.keys():

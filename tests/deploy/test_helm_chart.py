@@ -120,6 +120,7 @@ def test_the_workers_run_with_their_cluster_s_flags(objects: list[dict[str, Any]
     assert sorted(params["label"]) == ["gpu=h100", "region=eu-west-1"]
     assert (params["weight"], params["cost"]) == (80, 1.5)
     assert list(params["allow"]) == ["hostPath", "privileged"]
+    assert params["pod_security"] == "restricted"
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert mounts["kubeconfig"] == "/etc/trainhub/kubeconfig"
     volumes = {v["name"]: v for v in east["spec"]["template"]["spec"]["volumes"]}
@@ -144,6 +145,7 @@ def test_the_workers_run_with_their_cluster_s_flags(objects: list[dict[str, Any]
     assert env["TRAINHUB_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == "trainhub-kafka"
     assert params["context"] is None  # the kubeconfig's current context
     assert (params["weight"], params["cost"], list(params["allow"] or ())) == (None, None, [])
+    assert params["pod_security"] == "baseline"
     volumes = {v["name"]: v for v in west["spec"]["template"]["spec"]["volumes"]}
     items = volumes["kubeconfig"]["secret"]["items"]
     assert items == [{"key": "kubeconfig.yaml", "path": "config"}]

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from bus.memory import MemoryBus
 from bus.topics import Topics
 from dispatcher.hub import Hub, HubConfig
+from schemas.cluster import ClusterPolicy
 from schemas.events import JobStatusUpdate
 from schemas.status import JobPhase
 from tests.helpers import jax_job, with_host_port
@@ -42,7 +43,11 @@ async def system(kube_sandbox: KubeSandbox) -> AsyncIterator[System]:
             bus,
             worker_backend(cluster),
             WorkerConfig(
-                cluster=name, heartbeat_interval=0.5, namespaces=list(cluster.worker_namespaces)
+                cluster=name,
+                heartbeat_interval=0.5,
+                namespaces=list(cluster.worker_namespaces),
+                # The host-port test's pods hold one; baseline Pod Security refuses that.
+                policy=ClusterPolicy(allowHostPorts=True),
             ),
             topics,
             registry=registry,

@@ -38,6 +38,7 @@ def test_policy_allows_exactly_what_is_named() -> None:
     ("flags", "message"),
     [
         (["--allow", "root"], "unknown pod privilege 'root'"),
+        (["--pod-security", "strict"], "unknown pod security level 'strict'"),
         (["--weight", "120"], "--weight must be within 0..100"),
         (["--cost", "-1"], "--cost must be >= 0"),
         (["--metrics-port", "99999"], "metrics_port"),

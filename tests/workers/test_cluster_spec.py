@@ -27,6 +27,8 @@ def test_a_spec_gives_per_node_resources_labels_and_a_node_count() -> None:
 def test_a_spec_may_allow_privileges_and_keeps_the_default_size_without_resources() -> None:
     spec = parse_cluster_spec("host:nodes=2,allow=hostNetwork,allow=hostPath,label.zone=a")
     assert spec.policy == ClusterPolicy(allowHostNetwork=True, allowHostPath=True)
+    strict = parse_cluster_spec("locked:pod-security=restricted,allow=hostIPC")
+    assert strict.policy == ClusterPolicy(podSecurity="restricted", allowHostIPC=True)
     assert spec.nodes == 2 and spec.allocatable["cpu"] == Decimal(4)
     assert parse_cluster_spec("plain:cpu=2,memory=1Gi").policy == ClusterPolicy()
 
@@ -42,7 +44,8 @@ def test_a_spec_may_allow_privileges_and_keeps_the_default_size_without_resource
         ("a:cpu", "'cpu' is not key=value"),
         (":cpu=4", "has no name"),
         ("a:cpu=x,memory=8Gi", "cluster spec 'a:cpu=x,memory=8Gi': cpu: not a quantity: 'x'"),
-        ("a:allow=hostIPC", "cluster spec 'a:allow=hostIPC': unknown pod privilege 'hostIPC'"),
+        ("a:allow=hostUsers", "cluster spec 'a:allow=hostUsers': unknown pod privilege"),
+        ("a:pod-security=strict", "unknown pod security level 'strict'; known: privileged,"),
         ("a:cpu=4,memory=8Gi,cpu=2", "cpu is given twice"),
         ("a:cpu=4,memory=8Gi,gpu=2,nvidia.com/gpu=4", "nvidia.com/gpu is given twice"),
         ("a:cpu=4,memory=8Gi,gpu=1.5", "gpu: an extended resource is a whole number (got 1.5)"),
