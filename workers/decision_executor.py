@@ -77,6 +77,10 @@ class DecisionExecutor:
         self._queued.pop(uid, None)
         self._unprepared.discard(uid)
 
+    def holds_work(self, uid: str) -> bool:
+        """Work of the job that a transient refusal interrupted is still to be done."""
+        return uid in self._queued or uid in self._unprepared
+
     async def decide(self, run: JobRun, decision: Decision) -> None:
         """Carry a decision out, after whatever of the run's earlier ones a transient refusal
         interrupted."""

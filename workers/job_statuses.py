@@ -28,8 +28,10 @@ class JobStatuses:
         self._config = config
         self._metrics = metrics
         self._runs = runs
-        self._exported: set[tuple[str, str]] = set()
-        """(phase, framework) pairs the gauge has shown: set to 0 once no job has them."""
+        self._counted: dict[str, tuple[str, str]] = {}
+        """Each run in hand's (phase, framework) as the gauge counts it."""
+        self._counts: Counter[tuple[str, str]] = Counter()
+        """The gauge's values: runs in hand per (phase, framework)."""
 
     async def publish(
         self, run: JobRun, reason: str | None = None, message: str | None = None
@@ -62,14 +64,35 @@ class JobStatuses:
             self._config.source,
             update,
         )
-        self.count_jobs()
+        self.count(run)
+
+    def count(self, run: JobRun) -> None:
+        """Move the run to its phase in the gauge (one or two labels set, whatever the number
+        of runs in hand)."""
+        uid, key = run.job.uid, (run.phase.value, run.job.FRAMEWORK)
+        before = self._counted.get(uid)
+        if before == key:
+            return
+        self._counted[uid] = key
+        self._add(key, 1)
+        if before is not None:
+            self._add(before, -1)
+
+    def uncount(self, uid: str) -> None:
+        """The job's run left the worker's hands."""
+        before = self._counted.pop(uid, None)
+        if before is not None:
+            self._add(before, -1)
 
     def count_jobs(self) -> None:
-        """Set the gauge of jobs by phase and framework to the runs in hand."""
-        cluster = self._config.cluster
-        counts = Counter((r.phase.value, r.job.FRAMEWORK) for r in self._runs.values())
-        for phase, framework in self._exported - set(counts):
-            self._metrics.jobs.labels(cluster, phase, framework).set(0)
-        for (phase, framework), n in counts.items():
-            self._metrics.jobs.labels(cluster, phase, framework).set(n)
-        self._exported |= set(counts)
+        """Count the runs in hand again from scratch (after a pass that replaced many: an
+        adoption, a sweep)."""
+        for uid in [u for u in self._counted if u not in self._runs]:
+            self.uncount(uid)
+        for run in self._runs.values():
+            self.count(run)
+
+    def _add(self, key: tuple[str, str], n: int) -> None:
+        self._counts[key] += n
+        phase, framework = key
+        self._metrics.jobs.labels(self._config.cluster, phase, framework).set(self._counts[key])

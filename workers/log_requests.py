@@ -82,14 +82,20 @@ class LogRequests:
 
     async def _serve(self, request: LogsRequested, reply: _Reply) -> None:
         run = self._runs.get(request.uid)
-        if run is None:
+        # A job that finished a while ago has no run here any more: its pods, where the
+        # cluster still keeps them (cleanPodPolicy None), are found by its label.
+        names = (
+            sorted(run.pods) if run is not None else await self._backend.job_pod_names(request.uid)
+        )
+        if not names:
             await reply.finish(error=f"job {request.uid} has no pods on cluster {self._cluster}")
             return
-        if request.pod is not None and request.pod not in run.pods:
-            known = ", ".join(sorted(run.pods))
-            await reply.finish(error=f"job {run.name} has no pod {request.pod} (pods: {known})")
+        if request.pod is not None and request.pod not in names:
+            name = run.name if run is not None else request.uid
+            known = ", ".join(names)
+            await reply.finish(error=f"job {name} has no pod {request.pod} (pods: {known})")
             return
-        pods = [request.pod] if request.pod is not None else sorted(run.pods)
+        pods = [request.pod] if request.pod is not None else names
         loop = asyncio.get_running_loop()
         left = (request.deadline - datetime.now(UTC)).total_seconds()
         stop_at = loop.time() + min(left, self._max_follow)

@@ -6,6 +6,10 @@ an outage), `DecisionExecutor` (carrying out what each `JobRun` decides), `RunTi
 (deadlines, TTLs, the unschedulable timeout), `JobStatuses`, `CapacityReports`,
 `ObservationLanes` and `LogRequests`.
 
+A finished run stays in `runs` for `run_retention` after it finished, then leaves (see
+`RunTimers`): a worker's memory and the cost of each event follow the jobs it runs, not
+every job it ran. What a restarted worker knows comes from the bus and the cluster anyway.
+
 Every change to a run (an assignment, a suspension, a pod observation, a timer) happens under
 its job's lock, so the backend calls that carry out one decision never interleave with another
 of the same job's, while different jobs go on at once; a sweep holds every job's lock.
@@ -115,6 +119,7 @@ class Worker:
             config=config,
             decide=lambda run, decision: self._executor.decide(run, decision),
             forget=self._forget,
+            retire=self._retire,
             hand_back=self.hand_back,
         )
         self._executor = DecisionExecutor(
@@ -172,6 +177,7 @@ class Worker:
         self._tasks.spawn(self._reports.run(), "heartbeat")
         self._tasks.spawn(self._reports.run_asked(), "heartbeat-asked")
         self._tasks.spawn(self._timers.run_unschedulable(), "unschedulable")
+        self._tasks.spawn(self._timers.run_retirements(), "retirements")
         self._tasks.spawn(self._executor.run_catch_up(), "catch-up")
         log.info("worker started", extra={"cluster": self.cluster, "backend": self.backend.kind})
 
@@ -323,6 +329,8 @@ class Worker:
         if run is not None:
             namespace = run.job.metadata.namespace
             self._forget(run)
+        else:
+            self._timers.cancel(revoked.uid)  # the TTL of a run that left: done now
         try:
             await self.backend.delete_job(revoked.uid, namespace)
         except BackendError as error:
@@ -368,7 +376,20 @@ class Worker:
         if self.runs.get(uid) is run:
             del self.runs[uid]
             self._executor.drop(uid)
-        self._statuses.count_jobs()
+            self._statuses.uncount(uid)
+
+    def _retire(self, run: JobRun) -> bool:
+        """A finished run leaves (its lock is held; see `RunTimers`): its objects stay in the
+        cluster, found again by their labels by a revocation or a log request. False while
+        work a transient refusal interrupted is still to be done."""
+        uid = run.job.uid
+        if self._executor.holds_work(uid):
+            return False
+        if self.runs.get(uid) is run:
+            del self.runs[uid]
+            self._statuses.uncount(uid)
+            self.backend.forget_job(uid)
+        return True
 
     # -- handing back ---------------------------------------------------------------------
 

@@ -27,6 +27,10 @@ class WorkerConfig:
     """Relative price of running here (cost score: cheaper scores higher)."""
     policy: ClusterPolicy = field(default_factory=ClusterPolicy)
     """What pods may ask of this cluster's nodes (privileged, hostPath, ...)."""
+    run_retention: float = 60.0
+    """Seconds a finished run stays in the worker's hands after it finished (an assignment
+    redelivered meanwhile finds it and starts nothing); then it leaves, and only a pending
+    ttlSecondsAfterFinished is remembered of it (its objects are found by their labels)."""
     overdue_after: float | None = None
     """Seconds after the last reported capacity read past which the hub may have taken this
     cluster's jobs away (a failed heartbeat counts too): the worker then deletes the jobs no

@@ -128,3 +128,13 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def pod_logs(self, job_uid: str, name: str) -> str: ...
+
+    async def job_pod_names(self, job_uid: str) -> list[str]:
+        """The names of the job's pods that exist in the cluster, found by its label (for a
+        job whose run the worker no longer holds: one that finished a while ago)."""
+        return []
+
+    def forget_job(self, job_uid: str) -> None:
+        """The job finished and its run left the worker. A backend whose cluster lives in
+        this process's memory may let go of its ended pods (their logs with them); a real
+        cluster's objects stay where cleanPodPolicy left them, found again by their labels."""

@@ -94,8 +94,9 @@ class KubeBackend(Backend):
         self.observer = PodObserver()
         self._api: KubeApi | None = None
         self._tasks = TaskOwner(f"kube-{cluster}")
-        self._known: dict[tuple[str, str], _KnownPod] = {}
-        """(job uid, pod name) -> where the pod lives, for calls that only get the name."""
+        self._known: dict[str, dict[str, _KnownPod]] = {}
+        """job uid -> pod name -> where the pod lives, for calls that only get the name (by
+        job, so that deleting one job never walks every pod the cluster holds)."""
         self._reads_all_pods: bool | None = None
         """Whether the identity may list pods cluster-wide; None until first tried."""
         self._nodes: NodeCache | None = None
@@ -180,17 +181,20 @@ class KubeBackend(Backend):
             return
         uid = str(metadata.get("uid") or "")
         job_uid = job_uid_of(pod)
-        key = (job_uid or "", str(metadata.get("name")))
+        name = str(metadata.get("name"))
         if event == "DELETED":
             self.observer.forget(uid)
-            known = self._known.get(key)
+            pods = self._known.get(job_uid or "", {})
+            known = pods.get(name)
             # A pod re-created under the same name (a restart) keeps its entry.
             if known is not None and known.uid in (uid, None):
-                del self._known[key]
+                del pods[name]
+                if not pods:
+                    del self._known[job_uid or ""]
             return
         if job_uid is not None and namespace:
             container = (metadata.get("annotations") or {}).get(DEFAULT_CONTAINER_ANNOTATION)
-            self._known[key] = _KnownPod(str(namespace), container, uid)
+            self._known.setdefault(job_uid, {})[name] = _KnownPod(str(namespace), container, uid)
         observation = self.observer.observe(pod)
         if observation is not None:
             log.debug(
@@ -258,7 +262,8 @@ class KubeBackend(Backend):
 
     async def create_pod(self, job_uid: str, pod: PodPlan) -> None:
         manifest = pod.manifest()
-        self._known[(job_uid, pod.name)] = _KnownPod(pod.namespace, pod.default_container)
+        known = _KnownPod(pod.namespace, pod.default_container)
+        self._known.setdefault(job_uid, {})[pod.name] = known
         await self._create(
             job_uid, "pods", pod.namespace, pod.name, self.api.core.create_namespaced_pod, manifest
         )
@@ -348,8 +353,7 @@ class KubeBackend(Backend):
                 )
 
         await asyncio.gather(*(delete(resource, obj) for resource, obj in targets))
-        for key in [k for k in self._known if k[0] == job_uid]:
-            del self._known[key]
+        self._known.pop(job_uid, None)
         log.info("deleted %d objects", len(targets), extra=self._extra(job_uid))
 
     async def _list_ours(
@@ -431,8 +435,12 @@ class KubeBackend(Backend):
             uids.update(uid for uid in map(job_uid_of, objects) if uid is not None)
         return uids
 
+    async def job_pod_names(self, job_uid: str) -> list[str]:
+        pods = await self._list_ours("pods", f"{LABEL_JOB_UID}={job_uid}")
+        return sorted(str((p.get("metadata") or {}).get("name")) for p in pods)
+
     async def pod_logs(self, job_uid: str, name: str) -> str:
-        known = self._known.get((job_uid, name))
+        known = self._known.get(job_uid, {}).get(name)
         fallback = self.namespaces[0] if self.namespaces else "default"
         namespace = known.namespace if known is not None else fallback
         container = known.container if known is not None else None

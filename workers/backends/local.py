@@ -114,6 +114,8 @@ class LocalBackend(Backend):
         self.master_wait_tries = master_wait_tries
         self.master_wait_interval = master_wait_interval
         self._pods: dict[str, _LocalPod] = {}
+        self._jobs: dict[str, set[str]] = {}
+        """job uid -> its pods' keys, so that no call on a job walks every pod."""
         self._tasks = TaskOwner("local")
         self.backoff = CrashBackoff()
 
@@ -141,6 +143,7 @@ class LocalBackend(Backend):
             return
         local = _LocalPod(job_uid, pod, self.logs_dir / f"{pod.namespace}_{pod.name}.log")
         self._pods[key] = local
+        self._jobs.setdefault(job_uid, set()).add(key)
         delay = self.backoff.delay(key)
         try:
             spec = process_spec(pod, pod.main_container, _NODE)
@@ -286,11 +289,16 @@ class LocalBackend(Backend):
         key = f"{namespace}/{name}"
         pod = self._pods.pop(key, None)
         if pod is not None:
+            keys = self._jobs.get(pod.job_uid)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._jobs[pod.job_uid]
             self._unbind(key, pod)
             await self._stop_process(pod)
 
     async def delete_job(self, job_uid: str, namespace: str | None = None) -> None:
-        for key in [k for k, p in self._pods.items() if p.job_uid == job_uid]:
+        for key in sorted(self._jobs.get(job_uid, ())):
             namespace, name = key.split("/", 1)
             await self.delete_pod(job_uid, name, namespace)
             self.backoff.forget(key)
@@ -299,10 +307,14 @@ class LocalBackend(Backend):
         return Capacity(self.pool.snapshots(), {p.job_uid for p in self._pods.values() if p.bound})
 
     async def job_uids(self) -> set[str]:
-        return {p.job_uid for p in self._pods.values()}
+        return set(self._jobs)
+
+    async def job_pod_names(self, job_uid: str) -> list[str]:
+        return sorted(self._pods[key].plan.name for key in self._jobs.get(job_uid, ()))
 
     async def pod_logs(self, job_uid: str, name: str) -> str:
-        pod = next((p for p in self._pods.values() if p.plan.name == name), None)
+        keys = self._jobs.get(job_uid, ())
+        pod = next((self._pods[k] for k in keys if self._pods[k].plan.name == name), None)
         if pod is None or not pod.log_path.exists():
             return ""
         return await asyncio.to_thread(pod.log_path.read_text, errors="replace")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
@@ -59,8 +59,27 @@ class _SimPod:
     """What the pod "printed": a line per phase it reached, appended as a container's output
     is (a follower reads on from where it was)."""
 
+    @property
+    def ended(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+
+@dataclass
+class _SimJob:
+    """One job's objects, so that no call on a job walks every other job's."""
+
+    pods: set[str] = field(default_factory=set)
+    services: set[str] = field(default_factory=set)
+    forgotten: bool = False
+    """Its run left the worker: each pod goes once it ended (see `forget_job`)."""
+
 
 class SimBackend(Backend):
+    """Pods are kept by job: pending ones (waiting for a node) and running ones apart, so a
+    pod's creation or end costs the same however many pods came before. An ended pod stays,
+    its log readable, until its job is deleted or the worker forgets the finished job (its
+    run's retention): then it goes, as a real cluster's garbage collector would take it."""
+
     kind = "sim"
 
     def __init__(
@@ -72,6 +91,10 @@ class SimBackend(Backend):
         self.time_scale = time_scale
         self.logs_dir = logs_dir
         self._pods: dict[str, _SimPod] = {}
+        self._jobs: dict[str, _SimJob] = {}
+        self._pending: dict[str, _SimPod] = {}
+        """Pods waiting for a node, in the order they were created."""
+        self._running: dict[str, _SimPod] = {}
         self._services: dict[str, str] = {}
         self._tasks = TaskOwner("sim")
         self.backoff = CrashBackoff()
@@ -79,24 +102,48 @@ class SimBackend(Backend):
     async def close(self) -> None:
         await self._tasks.cancel_all()
 
+    def _job(self, job_uid: str) -> _SimJob:
+        return self._jobs.setdefault(job_uid, _SimJob())
+
+    def _drop_from_job(self, job_uid: str, key: str) -> None:
+        job = self._jobs.get(job_uid)
+        if job is None:
+            return
+        job.pods.discard(key)
+        job.services.discard(key)
+        self._settle(job_uid, job)
+
+    def _settle(self, job_uid: str, job: _SimJob) -> None:
+        """A job without pods goes, with its services once the worker forgot it."""
+        if job.pods or (job.services and not job.forgotten):
+            return
+        for key in job.services:
+            self._services.pop(key, None)
+        del self._jobs[job_uid]
+
     async def create_service(self, job_uid: str, service: ServicePlan) -> None:
-        self._services[f"{service.namespace}/{service.name}"] = job_uid
+        key = f"{service.namespace}/{service.name}"
+        self._services[key] = job_uid
+        self._job(job_uid).services.add(key)
 
     async def create_pod(self, job_uid: str, pod: PodPlan) -> None:
         key = f"{pod.namespace}/{pod.name}"
         if key in self._pods:
             return
-        self._pods[key] = _SimPod(job_uid, pod, delay=self.backoff.delay(key))
-        await self._emit(self._pods[key])
+        sim_pod = _SimPod(job_uid, pod, delay=self.backoff.delay(key))
+        self._pods[key] = self._pending[key] = sim_pod
+        job = self._job(job_uid)
+        job.pods.add(key)
+        job.forgotten = False
+        await self._emit(sim_pod)
         self._bind_pending()
 
     def _bind_pending(self) -> None:
-        for key, pod in self._pods.items():
-            if pod.phase != "Pending" or pod.node is not None:
-                continue
+        for key, pod in list(self._pending.items()):
             selector = dict(pod.plan.spec.nodeSelector or {})
             node = self.pool.bind(key, pod.plan.requests, selector, pod.plan.host_ports)
             if node is not None:
+                del self._pending[key]
                 pod.node = node
                 pod.unschedulable = None
                 self._tasks.spawn(self._run(key, pod), key)
@@ -115,6 +162,7 @@ class SimBackend(Backend):
         if self._pods.get(key) is not pod:
             return  # deleted before it started
         pod.phase = "Running"
+        self._running[key] = pod
         await self._print(pod, f"[sim] {pod.plan.name} is Running\n")
         await self._emit(pod)
         annotations = pod.plan.annotations
@@ -124,9 +172,13 @@ class SimBackend(Backend):
         if self._pods.get(key) is not pod:
             return
         pod.phase = "Succeeded" if exit_code == 0 else "Failed"
+        self._running.pop(key, None)
         await self._print(pod, f"[sim] {pod.plan.name} is {pod.phase} (exit code {exit_code})\n")
         self.pool.unbind(key)
         await self._emit(pod, exit_code)
+        job = self._jobs.get(pod.job_uid)
+        if job is not None and job.forgotten:
+            self._remove(key, pod)
         self._bind_pending()
 
     async def _print(self, pod: _SimPod, line: str) -> None:
@@ -140,30 +192,69 @@ class SimBackend(Backend):
             PodObservation(pod.job_uid, pod.plan.name, pod.phase, exit_code, node=pod.node)
         )
 
+    def _remove(self, key: str, pod: _SimPod) -> None:
+        """The pod and its service go (an ended pod holds no node any more)."""
+        del self._pods[key]
+        self._pending.pop(key, None)
+        self._running.pop(key, None)
+        self._services.pop(key, None)
+        self.backoff.forget(key)
+        self._drop_from_job(pod.job_uid, key)
+
     async def delete_pod(self, job_uid: str, name: str, namespace: str) -> None:
         key = f"{namespace}/{name}"
-        if self._pods.pop(key, None) is not None:
+        pod = self._pods.pop(key, None)
+        if pod is not None:
+            self._pending.pop(key, None)
+            self._running.pop(key, None)
+            self._drop_from_job(pod.job_uid, key)
             self.pool.unbind(key)
             self._bind_pending()
-        self._services.pop(key, None)
+        owner = self._services.pop(key, None)
+        if owner is not None:
+            self._drop_from_job(owner, key)
 
     async def delete_job(self, job_uid: str, namespace: str | None = None) -> None:
-        for key in [k for k, p in self._pods.items() if p.job_uid == job_uid]:
+        job = self._jobs.get(job_uid)
+        if job is None:
+            return
+        for key in sorted(job.pods):
             namespace, name = key.split("/", 1)
             await self.delete_pod(job_uid, name, namespace)
             self.backoff.forget(key)
-        for key in [k for k, uid in self._services.items() if uid == job_uid]:
-            del self._services[key]
+        for key in sorted(job.services):
+            self._services.pop(key, None)
+        self._jobs.pop(job_uid, None)
+
+    def forget_job(self, job_uid: str) -> None:
+        """Ended pods go now, those still running once they end; the job's services with
+        its last pod. A pod listing or log request for the job finds none from then on."""
+        job = self._jobs.get(job_uid)
+        if job is None:
+            return
+        job.forgotten = True
+        for key in sorted(job.pods):
+            pod = self._pods[key]
+            if pod.ended:
+                self._remove(key, pod)
+        if self._jobs.get(job_uid) is job:
+            self._settle(job_uid, job)
 
     async def capacity(self) -> Capacity:
-        jobs = {p.job_uid for p in self._pods.values() if p.node and p.phase == "Running"}
+        jobs = {p.job_uid for p in self._running.values() if p.node}
         return Capacity(self.pool.snapshots(), jobs)
 
     async def job_uids(self) -> set[str]:
-        return {p.job_uid for p in self._pods.values()}
+        return {uid for uid, job in self._jobs.items() if job.pods}
+
+    async def job_pod_names(self, job_uid: str) -> list[str]:
+        job = self._jobs.get(job_uid)
+        return sorted(self._pods[key].plan.name for key in job.pods) if job else []
 
     async def pod_logs(self, job_uid: str, name: str) -> str:
-        pod = next((p for p in self._pods.values() if p.plan.name == name), None)
+        job = self._jobs.get(job_uid)
+        keys = job.pods if job is not None else ()
+        pod = next((self._pods[k] for k in keys if self._pods[k].plan.name == name), None)
         return "" if pod is None else pod.log
 
 
