@@ -121,12 +121,13 @@ class Bus(abc.ABC):
 
     @abc.abstractmethod
     async def publish(
-        self, topic: str, value: bytes, *, key: bytes | None = None, headers: Headers = ()
+        self, topic: str, value: bytes | None, *, key: bytes | None = None, headers: Headers = ()
     ) -> RecordMetadata:
-        """Durably append one record (acknowledged by every in-sync replica)."""
+        """Durably append one record (acknowledged by every in-sync replica); a None value is
+        a tombstone, which compaction removes with the key's earlier records."""
 
     async def send(
-        self, topic: str, value: bytes, *, key: bytes | None = None, headers: Headers = ()
+        self, topic: str, value: bytes | None, *, key: bytes | None = None, headers: Headers = ()
     ) -> None:
         """Queue one record without waiting for it; `flush` waits for everything queued.
 

@@ -303,7 +303,7 @@ class KafkaBus(Bus):
         )
 
     async def publish(
-        self, topic: str, value: bytes, *, key: bytes | None = None, headers: Headers = ()
+        self, topic: str, value: bytes | None, *, key: bytes | None = None, headers: Headers = ()
     ) -> RecordMetadata:
         await self._require_topic(topic)
         producer = self._started_producer()
@@ -317,7 +317,7 @@ class KafkaBus(Bus):
         return RecordMetadata(meta.topic, meta.partition, meta.offset)
 
     async def send(
-        self, topic: str, value: bytes, *, key: bytes | None = None, headers: Headers = ()
+        self, topic: str, value: bytes | None, *, key: bytes | None = None, headers: Headers = ()
     ) -> None:
         await self._require_topic(topic)
         producer = self._started_producer()

@@ -70,11 +70,12 @@ def role_acls(role: Role, topics: Topics, clusters: Sequence[str] = ()) -> list[
     """Exactly what `role` needs with these topics; `clusters` names the clusters a worker
     principal serves (one worker user per cluster keeps each out of the others' work).
 
-    Status, heartbeats and log answers are read without a consumer group (from the start,
-    by every reader), so only the hub's jobs consumer and the workers' assignment consumers
-    need a group ACL. Topics are created by the hub (shared ones at start, a cluster's
-    assignments topic on first placement) and by each worker (its own assignments topic);
-    the others find them existing. Writing any topic also permits the idempotent producer.
+    Heartbeats and log answers are read without a consumer group (from the start, by every
+    reader), and so is the status topic by producers; the hub's jobs and status consumers and
+    the workers' assignment consumers need a group ACL. Topics are created by the hub
+    (shared ones at start, a cluster's assignments topic on first placement) and by each
+    worker (its own assignments topic); the others find them existing. Writing any topic
+    also permits the idempotent producer.
     """
     if role == "hub":
         return [
@@ -89,7 +90,15 @@ def role_acls(role: Role, topics: Topics, clusters: Sequence[str] = ()) -> list[
                 Operation.READ,
                 "commits its progress on the jobs topic",
             ),
-            _topic(topics.status, Operation.READ, "rebuilds its state and follows the workers"),
+            _topic(topics.status, Operation.READ, "follows the workers"),
+            AclRule(
+                ResourceType.GROUP,
+                topics.hub_status_group,
+                Operation.READ,
+                "commits its progress on the status topic",
+            ),
+            _topic(topics.hub_state, Operation.READ, "reads its state at start"),
+            _topic(topics.hub_state, Operation.WRITE, "keeps its state, a record per job"),
             _topic(topics.status, Operation.WRITE, "publishes Queued, Assigned, Rejected..."),
             _topic(topics.clusters, Operation.READ, "follows the clusters' heartbeats"),
             _topic(topics.dead_letters, Operation.WRITE, "sets aside events it cannot use"),

@@ -75,7 +75,7 @@ class MemoryBus(Bus):
         )
 
     async def publish(
-        self, topic: str, value: bytes, *, key: bytes | None = None, headers: Headers = ()
+        self, topic: str, value: bytes | None, *, key: bytes | None = None, headers: Headers = ()
     ) -> RecordMetadata:
         if self._closed:
             raise BusError("bus is closed")

@@ -30,6 +30,11 @@ class Topics:
         return f"{self.prefix}.clusters"
 
     @property
+    def hub_state(self) -> str:
+        """The hub's state, one record per job (compacted): dispatcher/state_store.py."""
+        return f"{self.prefix}.hubstate"
+
+    @property
     def dead_letters(self) -> str:
         return f"{self.prefix}.deadletter"
 
@@ -45,6 +50,12 @@ class Topics:
     def hub_group(self) -> str:
         """The consumer group the hub reads the jobs topic in."""
         return f"{self.prefix}-hub"
+
+    @property
+    def hub_status_group(self) -> str:
+        """The consumer group the hub reads the status topic in: a starting hub reads the
+        statuses since its predecessor's last commit, its state from `hub_state`."""
+        return f"{self.prefix}-hub-status"
 
     def worker_group(self, cluster: str) -> str:
         """The consumer group a cluster's worker reads its assignments topic in."""
@@ -68,6 +79,7 @@ class Topics:
             self._spec(self.status),
             # Compacted: the newest heartbeat of each cluster is all a restarted hub needs.
             self._spec(self.clusters, compacted=True, partitions=1),
+            self._spec(self.hub_state, compacted=True),
             self._spec(self.dead_letters, partitions=1),
             # Answers are read within seconds of being written; a day is plenty.
             TopicSpec(

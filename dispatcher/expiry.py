@@ -35,11 +35,13 @@ class Expiries:
     def __init__(self) -> None:
         self._heap: list[Expiry] = []
 
-    def add(self, record: JobRecord, completed: datetime) -> None:
-        """Note a job that completed at `completed`, if its run policy sets a TTL."""
-        if record.job is None or record.phase not in COMPLETED:
+    def add(self, record: JobRecord, completed: datetime, ttl: int | None = None) -> None:
+        """Note a job that completed at `completed`, if its run policy sets a TTL (`ttl`:
+        that TTL, for a record that no longer holds its job)."""
+        if record.phase not in COMPLETED:
             return
-        ttl = record.job.run_policy.ttlSecondsAfterFinished
+        if record.job is not None:
+            ttl = record.job.run_policy.ttlSecondsAfterFinished
         if ttl is None:
             return
         if completed.tzinfo is None:

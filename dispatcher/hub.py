@@ -43,6 +43,7 @@ from dispatcher.redispatch import REDISPATCHED as REDISPATCHED
 from dispatcher.redispatch import Redispatcher
 from dispatcher.registry import ClusterRegistry
 from dispatcher.scheduling_pass import SchedulingPass
+from dispatcher.state_store import HubStateStore
 from dispatcher.status_follower import StatusFollower
 from schemas.kubeflow import AnyJob
 from schemas.status import JobPhase
@@ -69,6 +70,7 @@ class Hub:
             reservations=VersionedReservations(),
             placer=Placer(config.placement),
             turns=QueueTurns(config.placement.fairness()),
+            state=HubStateStore(bus, (topics or Topics()).hub_state),
         )
         self.statuses = HubStatuses(self.context)
         self.outbox = AssignmentOutbox(self.context)
@@ -83,6 +85,8 @@ class Hub:
         self.metrics, self.ledger = self.context.metrics, self.context.ledger
         self.clusters, self.reservations = self.context.clusters, self.context.reservations
         self.placer, self.turns = self.context.placer, self.context.turns
+        self.rebuilt_from = (0, 0)
+        """What the last start read: (job states, status events)."""
         self._tasks = TaskOwner("hub")
         self._consumers: list[EventConsumer] = []
         self.metrics.track(self)
@@ -115,12 +119,13 @@ class Hub:
         context = self.context
         topics = context.topics
         await context.bus.create_topics(topics.shared_specs())
-        # Status and heartbeats are read whole by every hub instance (no group): together
-        # they are the hub's state, so a restarted hub rebuilds it by reading them again.
+        # The hub's state is on its state topic (one record per job); the status topic is
+        # read in a group, from the predecessor's last commit, and heartbeats whole (the
+        # compacted topic holds the newest of each cluster).
         replayed_dead = await self._dead_lettered_before()
         status = self._consumer(
             [topics.status],
-            None,
+            topics.hub_status_group,
             self.follower.on_event,
             skip=self.follower.is_own_status,
             already_dead=replayed_dead,
@@ -175,7 +180,8 @@ class Hub:
             await self.liveness.check()
             await self.intake.delete_expired()
             context.ledger.compact_finished(context.config.finished_retention)
-            context.ledger.forget_expired()
+            for forgotten in context.ledger.forget_expired():
+                await context.state.forget(forgotten.uid)
             placed = await self.scheduling.run()
             if placed:
                 self.outbox.hold(placed)
@@ -200,14 +206,24 @@ class Hub:
             return set()
 
     async def _rebuild(self, status: EventConsumer, clusters: EventConsumer) -> None:
+        """The state topic, then the statuses since the predecessor's last commit (all of
+        them for a hub whose deployment predates the state topic), then the heartbeats."""
         context = self.context
         ledger = context.ledger
+        loaded = await context.state.load()
+        for record, ttl in loaded:
+            ledger.put(record)
+            if record.phase.finished and record.status is not None:
+                completed = record.status.completionTime
+                if completed is not None:
+                    context.expiries.add(record, completed, ttl)
         context.replaying = True
         replayed = await status.catch_up()
         await clusters.catch_up()
         context.replaying = False
         context.clusters.replayed()
-        if not replayed:
+        self.rebuilt_from = (len(loaded), replayed)
+        if not (loaded or replayed):
             return
         for record in ledger.all():
             context.metrics.training_operator.known(record)
@@ -222,7 +238,9 @@ class Hub:
             await self.outbox.assign(record)
         await context.bus.flush()
         log.info(
-            "hub state rebuilt from %d status events: %d jobs, %d queued, %d placed",
+            "hub state rebuilt from %d job states and %d status events: %d jobs, %d queued, "
+            "%d placed",
+            len(loaded),
             replayed,
             len(ledger.all()),
             len(ledger.in_phase(JobPhase.QUEUED)),

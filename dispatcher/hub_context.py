@@ -15,6 +15,7 @@ from dispatcher.ledger import Ledger
 from dispatcher.metrics import HubMetrics
 from dispatcher.placement import Placer, VersionedReservations
 from dispatcher.registry import ClusterRegistry
+from dispatcher.state_store import HubStateStore
 from schemas.status import JobPhase
 
 PLACED = (
@@ -38,6 +39,7 @@ class HubContext:
     reservations: VersionedReservations
     placer: Placer
     turns: QueueTurns
+    state: HubStateStore
     expiries: Expiries = field(default_factory=Expiries)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     """Set to run the next scheduling pass now rather than at its interval."""

@@ -58,3 +58,6 @@ class HubStatuses:
             update,
             wait=False,
         )
+        if submission is None and context.ledger.get(record.uid) is record:
+            # A job the hub holds (not a refused submission's answer): its new state.
+            await context.state.save(record)

@@ -242,20 +242,20 @@ class Ledger:
                     heapq.heappush(self._forget_at, (at, self._forget_order, record))
         return compacted
 
-    def forget_expired(self, now: float | None = None) -> int:
+    def forget_expired(self, now: float | None = None) -> list[JobRecord]:
         """Drop the finished records whose retention ran out and that are still finished and
-        still held (a job submitted again under the same uid is a new record); returns how
-        many. A job forgotten is as one Kubernetes garbage-collected: its name is free, and
+        still held (a job submitted again under the same uid is a new record); returns
+        them. A job forgotten is as one Kubernetes garbage-collected: its name is free, and
         its history stays on the status topic."""
         now = time.time() if now is None else now
-        forgotten = 0
+        forgotten = []
         while self._forget_at and self._forget_at[0][0] <= now:
             _, _, record = heapq.heappop(self._forget_at)
             if record.phase.finished and self._jobs.get(record.uid) is record:
                 del self._jobs[record.uid]
                 self._by_phase[record.phase].pop(record.uid, None)
                 record._ledger = None
-                forgotten += 1
+                forgotten.append(record)
         return forgotten
 
     def all(self) -> list[JobRecord]:

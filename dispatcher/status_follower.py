@@ -42,23 +42,30 @@ class StatusFollower:
         update = event.data_as(JobStatusUpdate)
         if event.source == self._context.config.source:
             if replaying:
-                self._replay_own(update, event.time.timestamp())
+                # Published by a predecessor after its last commit: its state may predate it.
+                record_of = self._replay_own(update, event.time.timestamp())
+                if record_of is not None:
+                    await self._context.state.save(record_of)
             return
-        self._apply_worker_status(update)
+        if self._apply_worker_status(update):
+            record_of = self._context.ledger.get(update.uid)
+            if record_of is not None:
+                await self._context.state.save(record_of)
 
-    def _replay_own(self, update: JobStatusUpdate, published_at: float) -> None:
-        """Re-apply a decision this hub (or its predecessor) published."""
+    def _replay_own(self, update: JobStatusUpdate, published_at: float) -> JobRecord | None:
+        """Re-apply a decision this hub (or its predecessor) published; returns the record
+        it changed."""
         if update.reason in (ALREADY_EXISTS, INVALID):
             # An answer to a refused submission: a duplicate changes nothing about the job,
             # and an invalid job never existed (live, it is not kept either).
-            return
+            return None
         ledger = self._context.ledger
         record = ledger.get(update.uid)
         if update.job is not None:
             try:
                 job = parse_job(update.job)
             except JobInvalid:
-                return
+                return None
             same_run = record is not None and record.submission == update.submission
             # The run's first status (Queued) stands for its submission time.
             submitted_at = record.submitted_at if same_run and record else published_at
@@ -80,13 +87,16 @@ class StatusFollower:
             # Taken from that cluster (lost, or handed back): avoided as it was live.
             record.exclude(record.cluster, published_at, self._context.config.exclusion_seconds)
         record.replay(update)
+        return record
 
-    def _apply_worker_status(self, update: JobStatusUpdate) -> None:
+    def _apply_worker_status(self, update: JobStatusUpdate) -> bool:
+        """Follow a worker's status of the current attempt; returns whether it changed the
+        job's record."""
         context = self._context
         job = context.ledger.get(update.uid)
         if job is None:
             log.warning("status for an unknown job ignored", extra={"job": update.uid})
-            return
+            return False
         if update.cluster != job.cluster or update.attempt != job.attempt:
             log.warning(
                 "status from a revoked placement ignored (%s attempt %s; current %s attempt %s)",
@@ -96,9 +106,9 @@ class StatusFollower:
                 job.attempt,
                 extra={"job": update.uid, "cluster": update.cluster},
             )
-            return
+            return False
         if update.sequence <= job.sequence or job.phase.finished:
-            return
+            return False
         if not context.replaying:
             context.metrics.training_operator.phase_changed(job, update.phase)
         job.follow(update)
@@ -112,6 +122,7 @@ class StatusFollower:
             context.reservations.release(job.uid)
         if job.phase.finished:
             context.wake.set()
+        return True
 
     async def _on_handed_back(self, back: JobHandedBack) -> None:
         record = self._context.ledger.get(back.uid)

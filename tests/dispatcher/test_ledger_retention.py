@@ -35,11 +35,11 @@ def test_finished_records_are_forgotten_once_their_retention_ran_out() -> None:
     assert ledger.compact_finished(retention=3600) == 2
     now = time.time()
     # Retention counts from the job's completion when it is known.
-    assert ledger.forget_expired(now) == 1
+    assert ledger.forget_expired(now) == [ended_long_ago]
     assert ledger.get("c") is None and ledger.in_phase(JobPhase.FAILED) == []
     assert ledger.get("a") is done and ledger.get("b") is running
-    assert ledger.forget_expired(now + 3599) == 0
-    assert ledger.forget_expired(now + 3601) == 1
+    assert ledger.forget_expired(now + 3599) == []
+    assert ledger.forget_expired(now + 3601) == [done]
     assert ledger.get("a") is None and ledger.in_phase(JobPhase.SUCCEEDED) == []
     assert ledger.get("b") is running and len(ledger.all()) == 1
 
@@ -54,7 +54,7 @@ def test_a_record_replaced_or_queued_again_before_its_retention_ran_out_is_kept(
     successor = _record("r", JobPhase.QUEUED)  # the same job submitted again
     ledger.put(successor)
     requeued.enqueue()
-    assert ledger.forget_expired(time.time() + 11) == 0
+    assert ledger.forget_expired(time.time() + 11) == []
     assert ledger.get("r") is successor and ledger.get("q") is requeued
 
 
@@ -64,7 +64,7 @@ def test_without_a_retention_finished_records_stay() -> None:
     ledger.put(record)
     record.finish(JobPhase.SUCCEEDED)
     ledger.compact_finished()
-    assert ledger.forget_expired(time.time() + 10**9) == 0
+    assert ledger.forget_expired(time.time() + 10**9) == []
     assert ledger.get("a") is record
 
 
