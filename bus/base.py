@@ -140,6 +140,13 @@ class Bus(abc.ABC):
         """Wait until every record queued with `send` is durable."""
 
     @abc.abstractmethod
+    async def publish_to_every_partition(
+        self, topic: str, value: bytes, *, key: bytes | None = None, headers: Headers = ()
+    ) -> None:
+        """Durably append the record to each partition of `topic` (after what is queued):
+        a marker every reader meets whatever partitions it reads, in their order."""
+
+    @abc.abstractmethod
     def subscribe(
         self,
         topics: Sequence[str],
@@ -147,5 +154,10 @@ class Bus(abc.ABC):
         group: str | None,
         start_from: StartFrom = "earliest",
         on_revoke: RevokeCallback | None = None,
+        session_timeout: float | None = None,
+        sticky: bool = False,
     ) -> Subscription:
-        """A new, not yet started consumer of `topics`."""
+        """A new, not yet started consumer of `topics`. `session_timeout`: seconds after
+        which a group member that stopped answering (killed, paused) loses its partitions,
+        where the default (10 s) is too slow. `sticky`: a rebalance leaves each member the
+        partitions it holds where it can (a member joining or leaving moves no others)."""

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from bus.base import Bus, Record, StartFrom, TopicPartition
 from bus.dead_letters import DeadLetterKey, dead_letter, dead_letter_key
+from bus.epochs import EpochFence, record_epoch
 from bus.keyed_pipeline import KeyedPipeline
 from bus.reading import records_to_end
 from schemas.codec import decode_event, encode_event, encode_payload
@@ -39,10 +40,12 @@ async def publish_payload(
     payload: BaseModel,
     *,
     wait: bool = True,
+    epoch: int | None = None,
 ) -> None:
     """`publish_event(bus, topic, key, make_event(event_type, source, key, payload))`,
-    without building the envelope (see `encode_payload`): for the hot paths."""
-    headers, body = encode_payload(event_type, source, key, payload)
+    without building the envelope (see `encode_payload`): for the hot paths. `epoch`: the
+    leading hub's (`CloudEvent.epoch`)."""
+    headers, body = encode_payload(event_type, source, key, payload, epoch)
     await _put(bus, topic, key, headers, body, wait)
 
 
@@ -86,6 +89,8 @@ class EventConsumer:
         commit_behind: bool = False,
         concurrency: int = 1,
         already_dead: Collection[DeadLetterKey] = (),
+        fence: EpochFence | None = None,
+        session_timeout: float | None = None,
     ) -> None:
         """`skip`: records it returns True for are passed over undecoded (and committed).
         `commit_behind`: `run()` commits in a task of its own, so polling goes on while a
@@ -94,7 +99,11 @@ class EventConsumer:
         order); only for handlers whose effects on different keys are independent.
         `already_dead`: records this component dead-lettered before (`dead_lettered_by`),
         passed over when read again rather than copied and counted twice; the caller may
-        fill and empty the collection as it goes."""
+        fill and empty the collection as it goes.
+        `fence`: records it refuses (a hub's, of an older epoch than one met before in their
+        partition: bus/epochs.py) are passed over, logged; judged in each partition's order
+        as polled, before any handling, whatever `concurrency`. `session_timeout`: see
+        `Bus.subscribe`."""
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
         self._bus = bus
@@ -106,7 +115,11 @@ class EventConsumer:
         """True while `run()` has its commit task going."""
         self._committing = asyncio.Lock()
         self.subscription = bus.subscribe(
-            topics, group=group, start_from=start_from, on_revoke=self._on_revoke
+            topics,
+            group=group,
+            start_from=start_from,
+            on_revoke=self._on_revoke,
+            session_timeout=session_timeout,
         )
         self._handler = handler
         self._dlq = dead_letter_topic
@@ -114,6 +127,9 @@ class EventConsumer:
         self._on_dead_letter = on_dead_letter
         self._skip = skip
         self._already_dead = already_dead
+        self._fence = fence
+        self._fenced_off: set[tuple[TopicPartition, int]] = set()
+        """Records the fence refused, passed over when their turn comes."""
         self._processed: dict[TopicPartition, int] = {}
         self._pipeline: KeyedPipeline | None = None
         """While `run_by_key` runs: the records in hand."""
@@ -188,6 +204,7 @@ class EventConsumer:
                 records = poll.result()
                 if records:
                     self.idle.clear()
+                    self._screen(records)
                     pipeline.offer(records)
                 elif not pipeline.pending:
                     self.idle.set()
@@ -211,6 +228,7 @@ class EventConsumer:
             self.idle.set()
             return 0
         self.idle.clear()
+        self._screen(records)
         await self.process(records)
         return len(records)
 
@@ -289,7 +307,24 @@ class EventConsumer:
         if failures:
             raise failures[0]
 
+    def _screen(self, records: Sequence[Record]) -> None:
+        """Judge the records against the fence, in the order polled."""
+        if self._fence is None:
+            return
+        for record in records:
+            if not self._fence.admits(record):
+                self._fenced_off.add((record.tp, record.offset))
+
     async def _handle_or_skip(self, record: Record) -> None:
+        if self._fenced_off and (record.tp, record.offset) in self._fenced_off:
+            self._fenced_off.discard((record.tp, record.offset))
+            log.warning(
+                "refused a record of an older hub epoch (%s) than one met before it: a hub "
+                "that lost its leadership",
+                record_epoch(record),
+                extra={"topic": record.topic, "offset": record.offset},
+            )
+            return
         if self._skip is None or not self._skip(record):
             await self._handle_one(record)
 
@@ -326,12 +361,15 @@ def header_is(record: Record, name: str, value: bytes) -> bool:
 
 
 async def events_to_end(
-    bus: Bus, topic: str, *, keys: set[str] | None = None
+    bus: Bus, topic: str, *, keys: set[str] | None = None, fence: EpochFence | None = None
 ) -> AsyncIterator[CloudEvent]:
     """Every decodable event of `topic` from its start to its current end (no group), in
-    each partition's order; `keys` keeps only records with those keys. Undecodable records
+    each partition's order; `keys` keeps only records with those keys; `fence`: records of
+    a hub that lost its leadership are passed over (bus/epochs.py). Undecodable records
     are skipped: the topic's own consumers dead-letter them."""
     async for record in records_to_end(bus, topic):
+        if fence is not None and not fence.admits(record):
+            continue
         if keys is not None and (
             record.key is None or record.key.decode(errors="replace") not in keys
         ):

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
 from aiokafka import TopicPartition as KafkaTP
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 from aiokafka.errors import (
     AuthenticationFailedError,
     ClusterAuthorizationFailedError,
@@ -332,6 +333,24 @@ class KafkaBus(Bus):
             raise _fatal(exc, self.settings, f"publishing to {topic}") from exc
         delivery.add_done_callback(lambda done: self._note_delivery(topic, done))
 
+    async def publish_to_every_partition(
+        self, topic: str, value: bytes, *, key: bytes | None = None, headers: Headers = ()
+    ) -> None:
+        await self._require_topic(topic)
+        producer = self._started_producer()
+        await self.flush()  # after what is queued, in every partition
+        partitions = await _until_back(self.settings, lambda: producer.partitions_for(topic))
+        for partition in sorted(partitions):
+            try:
+                await _until_back(
+                    self.settings,
+                    lambda p=partition: producer.send_and_wait(  # type: ignore[misc]
+                        topic, value, key=key, headers=list(headers), partition=p
+                    ),
+                )
+            except KafkaError as exc:
+                raise _fatal(exc, self.settings, f"publishing to {topic}") from exc
+
     def _note_delivery(self, topic: str, delivery: asyncio.Future[Any]) -> None:
         if delivery.cancelled():
             self._undelivered.append((topic, asyncio.CancelledError()))
@@ -356,8 +375,12 @@ class KafkaBus(Bus):
         group: str | None,
         start_from: StartFrom = "earliest",
         on_revoke: RevokeCallback | None = None,
+        session_timeout: float | None = None,
+        sticky: bool = False,
     ) -> KafkaSubscription:
-        return KafkaSubscription(self, list(topics), group, start_from, on_revoke)
+        return KafkaSubscription(
+            self, list(topics), group, start_from, on_revoke, session_timeout, sticky
+        )
 
 
 def _new_topic(spec: TopicSpec) -> NewTopic:
@@ -423,8 +446,12 @@ class KafkaSubscription(Subscription):
         group: str | None,
         start_from: StartFrom,
         on_revoke: RevokeCallback | None,
+        session_timeout: float | None = None,
+        sticky: bool = False,
     ) -> None:
         self._bus = bus
+        self._session_timeout = session_timeout
+        self._sticky = sticky
         self._topics = topics
         self._group = group
         self._start_from = start_from
@@ -435,6 +462,17 @@ class KafkaSubscription(Subscription):
         for topic in self._topics:
             await self._bus._require_topic(topic)
         options: dict[str, Any] = dict(self._bus.settings.client_options())
+        if self._session_timeout is not None:
+            options["session_timeout_ms"] = int(self._session_timeout * 1000)
+            options["heartbeat_interval_ms"] = max(100, int(self._session_timeout * 1000 / 4))
+        if self._sticky:
+            # aiokafka's sticky assignor keeps its state on the class: one of its own.
+            assignor = type(
+                "TrainhubStickyAssignor",
+                (StickyPartitionAssignor,),
+                {"member_assignment": None, "generation": -1},
+            )
+            options["partition_assignment_strategy"] = (assignor,)
         consumer = AIOKafkaConsumer(
             **options,
             group_id=self._group,

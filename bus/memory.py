@@ -97,6 +97,26 @@ class MemoryBus(Bus):
         self._notify()
         return RecordMetadata(topic, index, record.offset)
 
+    async def publish_to_every_partition(
+        self, topic: str, value: bytes, *, key: bytes | None = None, headers: Headers = ()
+    ) -> None:
+        partitions = self._logs.get(topic)
+        if partitions is None:
+            raise UnknownTopicError(f"topic {topic!r} does not exist")
+        for index, log in enumerate(partitions):
+            log.append(
+                Record(
+                    topic=topic,
+                    partition=index,
+                    offset=len(log),
+                    key=key,
+                    value=value,
+                    headers=tuple(headers),
+                    timestamp_ms=int(time.time() * 1000),
+                )
+            )
+        self._notify()
+
     def subscribe(
         self,
         topics: Sequence[str],
@@ -104,7 +124,10 @@ class MemoryBus(Bus):
         group: str | None,
         start_from: StartFrom = "earliest",
         on_revoke: RevokeCallback | None = None,
+        session_timeout: float | None = None,
+        sticky: bool = False,
     ) -> MemorySubscription:
+        # Sticky either way: members keep their join order, and so their ranges.
         return MemorySubscription(self, list(topics), group, start_from, on_revoke)
 
     def committed(self, group: str) -> dict[TopicPartition, int]:

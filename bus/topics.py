@@ -16,6 +16,16 @@ class Topics:
     partitions: int = 3
     replication: int = 1
     retention_ms: int = _WEEK_MS
+    min_insync_replicas: int | None = None
+    """In-sync copies an acks=all write needs (the topic's `min.insync.replicas`); None: a
+    majority of `replication` from three replicas on (2 of 3: one broker may be lost
+    without losing a write or refusing one), else 1, whatever the broker's default says."""
+
+    @property
+    def min_insync(self) -> int:
+        if self.min_insync_replicas is not None:
+            return self.min_insync_replicas
+        return self.replication // 2 + 1 if self.replication >= 3 else 1
 
     @property
     def jobs(self) -> str:
@@ -33,6 +43,16 @@ class Topics:
     def hub_state(self) -> str:
         """The hub's state, one record per job (compacted): dispatcher/state_store.py."""
         return f"{self.prefix}.hubstate"
+
+    @property
+    def leader(self) -> str:
+        """The hubs' election: whoever holds its one partition in `leader_group` leads; its
+        claim records number the epochs (dispatcher/leadership.py)."""
+        return f"{self.prefix}.leader"
+
+    @property
+    def leader_group(self) -> str:
+        return f"{self.prefix}-hub-leader"
 
     @property
     def dead_letters(self) -> str:
@@ -70,7 +90,11 @@ class Topics:
             replication=self.replication,
             retention_ms=None if compacted else self.retention_ms,
             compacted=compacted,
+            extra_config=self._replica_config(),
         )
+
+    def _replica_config(self) -> dict[str, str]:
+        return {"min.insync.replicas": str(self.min_insync)}
 
     def shared_specs(self) -> list[TopicSpec]:
         """Topics every deployment has, whatever its clusters."""
@@ -80,6 +104,7 @@ class Topics:
             # Compacted: the newest heartbeat of each cluster is all a restarted hub needs.
             self._spec(self.clusters, compacted=True, partitions=1),
             self._spec(self.hub_state, compacted=True),
+            self._spec(self.leader, partitions=1),
             self._spec(self.dead_letters, partitions=1),
             # Answers are read within seconds of being written; a day is plenty.
             TopicSpec(
@@ -87,6 +112,7 @@ class Topics:
                 partitions=self.partitions,
                 replication=self.replication,
                 retention_ms=_DAY_MS,
+                extra_config=self._replica_config(),
             ),
         ]
 

@@ -36,7 +36,7 @@ from dispatcher.hub_statuses import HubStatuses
 from dispatcher.intake import JobIntake
 from dispatcher.ledger import JobRecord, Ledger
 from dispatcher.metrics import HubMetrics
-from dispatcher.outbox import AssignmentOutbox
+from dispatcher.outbox import AssignmentOutbox, mark_epoch
 from dispatcher.placement import Placement, Placer, VersionedReservations
 from dispatcher.port_rooms import with_port_rooms
 from dispatcher.redispatch import REDISPATCHED as REDISPATCHED
@@ -50,6 +50,10 @@ from schemas.status import JobPhase
 
 log = logging.getLogger(__name__)
 
+_GROUP_SESSION_TIMEOUT = 6.0
+"""Seconds after which the partitions of a hub that stopped answering go to the next one."""
+_ASSIGNMENT_WAIT = 30.0
+
 
 class Hub:
     def __init__(
@@ -58,7 +62,11 @@ class Hub:
         topics: Topics | None = None,
         config: HubConfig | None = None,
         registry: CollectorRegistry | None = None,
+        *,
+        epoch: int | None = None,
     ) -> None:
+        """`epoch`: the leading hub's (dispatcher/leadership.py); None for a hub that runs
+        alone."""
         config = config or HubConfig()
         self.context = HubContext(
             bus=bus,
@@ -71,6 +79,7 @@ class Hub:
             placer=Placer(config.placement),
             turns=QueueTurns(config.placement.fairness()),
             state=HubStateStore(bus, (topics or Topics()).hub_state),
+            epoch=epoch,
         )
         self.statuses = HubStatuses(self.context)
         self.outbox = AssignmentOutbox(self.context)
@@ -218,11 +227,24 @@ class Hub:
                 if completed is not None:
                     context.expiries.add(record, completed, ttl)
         context.replaying = True
-        replayed = await status.catch_up()
+        # Its partitions first: a group member holding none reads nothing (a predecessor
+        # that died holds them until its session times out).
+        replayed = 0
+        async with asyncio.timeout(_ASSIGNMENT_WAIT):
+            while not status.subscription.assignment():
+                replayed += await status.poll_once(timeout=0.5)
+        replayed += await status.catch_up()
         await clusters.catch_up()
         context.replaying = False
         context.clusters.replayed()
         self.rebuilt_from = (len(loaded), replayed)
+        if context.epoch is not None:
+            # Before anything this hub sends: what a former leader sends after is refused.
+            await mark_epoch(
+                context.bus, context.topics.status, context.config.source, context.epoch
+            )
+            known = {r.cluster for r in ledger.in_phase(*PLACED) if r.cluster is not None}
+            await self.outbox.mark_epoch(sorted(known | {s.name for s in context.clusters.all()}))
         if not (loaded or replayed):
             return
         for record in ledger.all():
@@ -279,6 +301,8 @@ class Hub:
             skip=skip,
             commit_behind=commit_behind,
             already_dead=already_dead,
+            # A hub that took over from one that died gets its partitions this soon.
+            session_timeout=_GROUP_SESSION_TIMEOUT,
         )
 
     async def _count_dead_letter(self, record: Record, reason: str) -> None:

@@ -43,6 +43,9 @@ class HubContext:
     expiries: Expiries = field(default_factory=Expiries)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     """Set to run the next scheduling pass now rather than at its interval."""
+    epoch: int | None = None
+    """The leading hub's epoch (dispatcher/leadership.py), on everything it publishes; None
+    for a hub that runs alone (the embedded runner)."""
     replaying: bool = False
     """True while a starting hub rebuilds its state from the topics: nothing is published
     and nothing counted twice."""

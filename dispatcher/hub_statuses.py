@@ -57,6 +57,7 @@ class HubStatuses:
             context.config.source,
             update,
             wait=False,
+            epoch=context.epoch,
         )
         if submission is None and context.ledger.get(record.uid) is record:
             # A job the hub holds (not a refused submission's answer): its new state.

@@ -7,10 +7,19 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
+from bus.base import Bus
 from bus.events import publish_payload
 from dispatcher.hub_context import HubContext
 from dispatcher.ledger import JobRecord
-from schemas.events import EventType, JobAssigned, JobRef, JobRevoked, PlacementDecision
+from schemas.codec import encode_payload
+from schemas.events import (
+    EventType,
+    HubLeader,
+    JobAssigned,
+    JobRef,
+    JobRevoked,
+    PlacementDecision,
+)
 from schemas.status import JobPhase
 
 
@@ -87,8 +96,36 @@ class AssignmentOutbox:
         context = self._context
         topic = context.topics.assignments(cluster)
         if topic not in self._topics_made:
-            await context.bus.create_topics([context.topics.assignment_spec(cluster)])
-            self._topics_made.add(topic)
+            await self.mark_epoch([cluster])
         await publish_payload(
-            context.bus, topic, payload.uid, event_type, context.config.source, payload, wait=False
+            context.bus,
+            topic,
+            payload.uid,
+            event_type,
+            context.config.source,
+            payload,
+            wait=False,
+            epoch=context.epoch,
         )
+
+    async def mark_epoch(self, clusters: Iterable[str]) -> None:
+        """Make sure these clusters' topics exist and, for a leading hub, carry its epoch
+        before anything else it sends there (bus/epochs.py)."""
+        context = self._context
+        for cluster in clusters:
+            topic = context.topics.assignments(cluster)
+            if topic in self._topics_made:
+                continue
+            await context.bus.create_topics([context.topics.assignment_spec(cluster)])
+            if context.epoch is not None:
+                await mark_epoch(context.bus, topic, context.config.source, context.epoch)
+            self._topics_made.add(topic)
+
+
+async def mark_epoch(bus: Bus, topic: str, source: str, epoch: int) -> None:
+    """The leader's mark on every partition of `topic`: a hub record of an older epoch after
+    it is refused by whoever reads it."""
+    headers, body = encode_payload(
+        EventType.HUB_LEADER, source, "leader", HubLeader(epoch=epoch, instance=source), epoch
+    )
+    await bus.publish_to_every_partition(topic, body, key=b"leader", headers=tuple(headers))

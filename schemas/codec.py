@@ -14,7 +14,7 @@ from schemas.errors import EventDecodeError, describe_validation_error
 from schemas.events import SPEC_VERSION, CloudEvent, new_event_id
 
 Headers = Sequence[tuple[str, bytes]]
-_ATTRIBUTES = ("specversion", "id", "source", "type", "subject", "time")
+_ATTRIBUTES = ("specversion", "id", "source", "type", "subject", "time", "epoch")
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
@@ -37,7 +37,7 @@ _SPEC_VERSION = SPEC_VERSION.encode()
 
 
 def encode_payload(
-    event_type: str, source: str, subject: str, payload: BaseModel
+    event_type: str, source: str, subject: str, payload: BaseModel, epoch: int | None = None
 ) -> tuple[list[tuple[str, bytes]], bytes]:
     """`encode_event(make_event(event_type, source, subject, payload))` in one step, with the
     same headers and body bytes (a new id and time): the payload is serialised straight to
@@ -60,6 +60,8 @@ def encode_payload(
         ("ce_subject", subject.encode()),
         ("ce_time", datetime.now(UTC).isoformat().encode()),
     ]
+    if epoch is not None:
+        headers.append(("ce_epoch", str(epoch).encode()))
     return headers, to_json(payload)
 
 

@@ -55,6 +55,7 @@ class EventType:
     CLUSTER_RETIRED = "io.trainhub.cluster.retired"
     LOGS_REQUESTED = "io.trainhub.logs.requested"
     LOGS_CHUNK = "io.trainhub.logs.chunk"
+    HUB_LEADER = "io.trainhub.hub.leader"
 
 
 class CloudEvent(BaseModel):
@@ -67,6 +68,10 @@ class CloudEvent(BaseModel):
     subject: str | None = Field(default=None, max_length=256)
     time: datetime = Field(default_factory=lambda: datetime.now(UTC))
     datacontenttype: str = "application/json"
+    epoch: int | None = Field(default=None, ge=1)
+    """Extension attribute (`ce_epoch`): the leading hub's epoch on what a hub publishes.
+    Workers and readers refuse a hub's event of an older epoch than one they have seen, so
+    a hub that lost its leadership while paused can never be acted on or believed."""
     data: dict[str, Any] = Field(default_factory=dict)
 
     def data_as(self, model: builtins.type[_M]) -> _M:
@@ -103,6 +108,14 @@ class JobRef(_Payload):
     """Names a job for delete, suspend and resume requests."""
 
     uid: str = Field(min_length=1, max_length=128)
+
+
+class HubLeader(_Payload):
+    """A hub took the lead: announced first on every topic it writes, so that anything an
+    older leader writes after it is refused (`CloudEvent.epoch`)."""
+
+    epoch: int = Field(ge=1)
+    instance: str
 
 
 class ClusterScore(_Payload):

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import signal
 import socket
 from collections.abc import Awaitable, Callable
@@ -15,8 +16,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, start_http_server
 
 from bus.base import Bus
-from dispatcher.hub import Hub
 from dispatcher.hub_config import HubConfig
+from dispatcher.leadership import LeadingHub
 from schemas.cluster import ClusterPolicy
 from trainhub.bus_factory import make_bus
 from trainhub.settings import TrainhubSettings
@@ -118,14 +119,17 @@ def hub_config(settings: TrainhubSettings) -> HubConfig:
 
 
 async def run_hub(settings: TrainhubSettings) -> None:
+    """One hub process: it leads, or stands by until the leader is gone
+    (dispatcher/leadership.py); one that loses the lead exits, to start again standing by."""
     bus = make_bus(settings)
     registry = CollectorRegistry()
-    hub = Hub(bus, settings.topics(), hub_config(settings), registry=registry)
+    instance = f"{socket.gethostname()}/{os.getpid()}"
+    hub = LeadingHub(bus, settings.topics(), hub_config(settings), registry, instance)
 
     async def start() -> None:
         await bus.start()
-        await hub.start()
         _metrics(settings, registry)
+        await hub.start()
         tune_gc()
 
     async def stop() -> None:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bus.base import Bus
+from bus.epochs import EpochFence
 from bus.events import events_to_end, publish_event
 from bus.topics import Topics
 from dispatcher.worker_instances import InstanceWatch
@@ -95,6 +96,7 @@ async def follow_status(
 ) -> AsyncIterator[JobStatusUpdate]:
     """Status updates from the start of the topic (or a time), for some or all jobs."""
     wanted = set(uids) if uids is not None else None
+    fence = EpochFence()  # a hub that lost its lead is not believed (bus/epochs.py)
     subscription = bus.subscribe([topics.status], group=None, start_from="earliest")
     await subscription.start()
     try:
@@ -102,6 +104,8 @@ async def follow_status(
             await subscription.seek_to_time(from_time_ms)
         while True:
             for record in await subscription.poll(timeout=poll_timeout):
+                if not fence.admits(record):
+                    continue
                 try:
                     event = decode_event(record.headers, record.value)
                 except EventDecodeError:
@@ -127,7 +131,7 @@ async def latest_status(
     not the job's status."""
     view = StatusView()
     latest: tuple[JobStatusUpdate, datetime] | None = None
-    async for event in events_to_end(bus, topics.status, keys=uids):
+    async for event in events_to_end(bus, topics.status, keys=uids, fence=EpochFence()):
         if event.type == EventType.JOB_STATUS:
             try:
                 update = event.data_as(JobStatusUpdate)

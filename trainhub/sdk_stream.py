@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from bus.base import Bus, TopicPartition
+from bus.epochs import EpochFence
 from bus.topics import Topics
 from schemas.events import JobStatusUpdate
 from schemas.status import JobPhase
@@ -70,6 +71,7 @@ async def stream_status(
     if from_offset is not None and from_time is not None:
         raise ValueError("give from_offset or from_time, not both")
     known_queues = dict(queues or {})
+    fence = EpochFence()  # a hub that lost its lead is not believed (bus/epochs.py)
     subscription = bus.subscribe([topics.status], group=None, start_from="earliest")
     await subscription.start()
     try:
@@ -79,6 +81,8 @@ async def stream_status(
             await subscription.seek(TopicPartition(topics.status, int(partition)), offset + 1)
         while True:
             for record in await subscription.poll(timeout=poll_timeout):
+                if not fence.admits(record):
+                    continue
                 decoded = decode_status(record)
                 if decoded is None:
                     continue

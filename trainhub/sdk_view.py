@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from bus.base import Bus, Record, Subscription
+from bus.epochs import EpochFence
 from bus.topics import Topics
 from schemas.codec import decode_event
 from schemas.errors import EventDecodeError
@@ -245,10 +246,13 @@ class StatusFollower:
             self._subscription = None
 
     async def _run(self, subscription: Subscription) -> None:
+        fence = EpochFence()  # a hub that lost its lead is not believed (bus/epochs.py)
         try:
             while True:
                 changed = False
                 for record in await subscription.poll(timeout=_POLL):
+                    if not fence.admits(record):
+                        continue
                     decoded = decode_status(record)
                     if decoded is not None:
                         update, source = decoded

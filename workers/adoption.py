@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from bus.base import Bus
+from bus.epochs import EpochFence
 from bus.events import events_to_end
 from bus.retry import retry_transient
 from bus.topics import Topics
@@ -61,8 +62,11 @@ class Adoption:
         cluster: str,
         forget: Callable[[JobRun], None],
         count_jobs: Callable[[], None],
+        fence: EpochFence | None = None,
     ) -> None:
         self._bus = bus
+        self._fence = fence
+        """The worker's fence of hub epochs, shared with its assignments consumer."""
         self._topics = topics
         self._backend = backend
         self._runs = runs
@@ -149,7 +153,8 @@ class Adoption:
         """The newest assignment or revocation of each job, from the whole topic."""
         placements = Placements()
         wanted, revoked = placements.wanted, placements.revoked
-        async for event in events_to_end(self._bus, self._topics.assignments(self._cluster)):
+        topic = self._topics.assignments(self._cluster)
+        async for event in events_to_end(self._bus, topic, fence=self._fence):
             try:
                 if event.type == EventType.JOB_ASSIGNED:
                     assigned = event.data_as(JobAssigned)

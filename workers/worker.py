@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 
 from bus.aiotasks import TaskOwner
 from bus.base import Bus, Record
+from bus.epochs import EpochFence
 from bus.events import EventConsumer, publish_payload
 from bus.retry import retry_transient
 from bus.topics import Topics
@@ -93,6 +94,8 @@ class Worker:
         self._consumer: EventConsumer | None = None
         self._locks = JobLocks()
         self._statuses = JobStatuses(bus, self.topics, config, self.metrics, self.runs)
+        self._fence = EpochFence()
+        """Refuses what a hub that lost its leadership sends (bus/epochs.py)."""
         self._adoption = Adoption(
             bus,
             self.topics,
@@ -101,6 +104,7 @@ class Worker:
             cluster=config.cluster,
             forget=self._forget,
             count_jobs=self._statuses.count_jobs,
+            fence=self._fence,
         )
         self._reports = CapacityReports(
             bus,
@@ -166,6 +170,7 @@ class Worker:
             component=self.config.source,
             on_dead_letter=self._count_dead_letter,
             concurrency=_JOB_CONCURRENCY,
+            fence=self._fence,
         )
         await self._adoption.adopt()
         await self._consumer.subscription.start()
@@ -245,6 +250,9 @@ class Worker:
             # Answered in a task of its own: reading logs never holds up assignments.
             self.log_requests.handle(event.data_as(LogsRequested))
             return
+        if event.type == EventType.HUB_LEADER:
+            log.info("a hub leads at epoch %s", event.epoch, extra=self._extra(None))
+            return  # the fence has noted its epoch
 
         def retrying(error: BaseException, failures: int, wait: float) -> None:
             log.warning(
