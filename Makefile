@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PACKAGES := schemas bus dispatcher workers trainhub trainhub_sandbox
 
-.PHONY: run test lint native format bench bench-kafka bench-placement bench-kube bench-memory bench-redispatch clean
+.PHONY: run test lint native format bench bench-kafka bench-soak bench-placement bench-kube bench-memory bench-redispatch clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,13 +35,16 @@ format: $(STAMP)
 	$(BIN)/ruff format $(PACKAGES) tests examples bench
 	$(BIN)/ruff check --fix $(PACKAGES) tests examples bench
 
-bench: bench-placement bench-kafka bench-kube bench-memory bench-redispatch
+bench: bench-placement bench-kafka bench-soak bench-kube bench-memory bench-redispatch
 
 bench-kube: native
 	$(BIN)/python -m bench.kube_throughput
 
 bench-kafka: native
 	$(BIN)/python -m bench.hub_throughput
+
+bench-soak: native
+	$(BIN)/python -m bench.soak
 
 bench-memory: native
 	$(BIN)/python -m bench.ledger_memory
@@ -51,6 +54,9 @@ bench-placement: native
 
 bench-redispatch: native
 	$(BIN)/python -m bench.redispatch
+
+bench-broker-loss: native
+	$(BIN)/python -m bench.broker_loss
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -5,8 +5,12 @@ Per batch: wall time from the first submission to the last job's end, the hub's 
 workers' CPU per job (from /proc, user + system), and their RSS at the batch's end. Written
 to bench/results/soak.json with the ratio of the last batch's CPU per job to the first's.
 
-Usage: python -m bench.soak [--batches N] [--jobs N] [--workers N] [--bootstrap HOST:PORT]
-Without --bootstrap a sandbox broker is started (and stopped) for the run.
+The hub runs with `--finished-retention` (default here 30 s, not the hub's 24 h), so that
+its memory can level off within the run; the workers keep a finished run for their
+`run_retention` (60 s). RSS should stop growing once finished jobs are past both.
+
+Usage: python -m bench.soak [--batches N] [--jobs N] [--workers N] [--finished-retention S]
+[--bootstrap HOST:PORT]. Without --bootstrap a sandbox broker is started (and stopped).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from schemas.job_parsing import job_uid_of
 from schemas.sim_annotations import SIM_DURATION
 from tests.kafka.processes import Process, sim_worker
 from trainhub.logs import setup_logging
+from workers.worker_config import WorkerConfig
 
 RESULTS = Path(__file__).parent / "results"
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -94,14 +99,20 @@ async def ended(
 
 
 async def run(
-    batches: int, jobs: int, workers: int, cleanup: str, bootstrap: str | None
+    batches: int,
+    jobs: int,
+    workers: int,
+    cleanup: str,
+    bootstrap: str | None,
+    finished_retention: float,
 ) -> dict[str, Any]:
     logs = Path(tempfile.mkdtemp(prefix="bench-soak-"))
     prefix = f"soak-{uuid.uuid4().hex[:6]}"
     async with kafka_bus(bootstrap) as (bus, address):
         topics = Topics(prefix=prefix)
         common = ["--bootstrap", address, "--topic-prefix", prefix]
-        hub = Process("hub", ["hub", *common, "--max-heartbeat-age", "60"], logs)
+        retention = ["--finished-retention", str(finished_retention)]
+        hub = Process("hub", ["hub", *common, "--max-heartbeat-age", "60", *retention], logs)
         capacity = "cpu=100000,memory=100000Gi,nodes=20"
         fleet = [
             sim_worker(f"c{i}", common, logs, capacity=capacity, heartbeat_interval=1.0)
@@ -151,6 +162,8 @@ async def run(
         "jobs_per_batch": jobs,
         "workers": workers,
         "cleanPodPolicy": cleanup,
+        "hub_finished_retention_s": finished_retention,
+        "worker_run_retention_s": WorkerConfig(cluster="-").run_retention,
         "rows": rows,
         "last_to_first_hub_cpu_per_job": ratio("hub_cpu_ms_per_job"),
         "last_to_first_worker_cpu_per_job": ratio("worker_cpu_ms_per_job"),
@@ -165,12 +178,25 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--clean-pod-policy", default="None", choices=["None", "All", "Running"])
+    parser.add_argument(
+        "--finished-retention",
+        type=float,
+        default=30.0,
+        help="seconds the hub keeps a finished job (its setting; 24 h by default)",
+    )
     parser.add_argument("--bootstrap")
     parser.add_argument("--output", type=Path, default=RESULTS / "soak.json")
     args = parser.parse_args()
     setup_logging()
     result = asyncio.run(
-        run(args.batches, args.jobs, args.workers, args.clean_pod_policy, args.bootstrap)
+        run(
+            args.batches,
+            args.jobs,
+            args.workers,
+            args.clean_pod_policy,
+            args.bootstrap,
+            args.finished_retention,
+        )
     )
     args.output.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "rows"}, indent=2))
