@@ -418,3 +418,14 @@ def test_a_worker_s_empty_placement_settings_clear_the_defaults(helm: Path, tmp_
     assert "team" not in bare["metadata"]["annotations"]
     assert mine["spec"]["nodeSelector"] == {"pool": "gpu"}  # replaced, not merged
     assert mine["spec"]["tolerations"] == defaults["tolerations"]
+
+
+def test_two_hubs_run_by_default_and_a_rollout_keeps_one_ready(
+    objects: list[dict[str, Any]],
+) -> None:
+    hub = _one(objects, "Deployment", "trainhub-hub")
+    assert hub["spec"]["replicas"] == 2
+    assert hub["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+    }
