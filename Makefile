@@ -55,5 +55,8 @@ bench-placement: native
 bench-redispatch: native
 	$(BIN)/python -m bench.redispatch
 
+bench-broker-loss: native
+	$(BIN)/python -m bench.broker_loss
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

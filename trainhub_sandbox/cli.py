@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from bus.topics import Topics
 from trainhub.cli_help import examples
 from trainhub.cli_jobs import print_structured
 from trainhub.cli_output import Output, console, fail
@@ -18,6 +19,7 @@ sandbox_app = typer.Typer(
     help="A local Kafka broker and Kubernetes member clusters for demos.",
     epilog=examples(
         "trainhub sandbox up --clusters 2",
+        "trainhub sandbox up --brokers 3",
         "trainhub sandbox status -o json",
         "trainhub sandbox down",
     ),
@@ -29,12 +31,23 @@ sandbox_app = typer.Typer(
     epilog=examples(
         "trainhub sandbox up",
         "trainhub sandbox up --clusters 2",
+        "trainhub sandbox up --brokers 3 --clusters 2",
         "trainhub sandbox up --clusters-file clusters.yaml",
         "trainhub sandbox up --acls --acl-clusters east,west",
     ),
 )
 def sandbox_up_command(
     clusters: Annotated[int, typer.Option("--clusters", help="Member clusters to start.")] = 0,
+    brokers: Annotated[
+        int,
+        typer.Option(
+            "--brokers",
+            min=1,
+            help="Kafka brokers (KRaft nodes, each also a controller quorum voter); from 3 "
+            "on, internal topics get 3 replicas and min.insync.replicas 2: run trainhub "
+            "with --replication 3.",
+        ),
+    ] = 1,
     clusters_file: Annotated[
         Path | None, typer.Option(help="YAML {clusters: [{name, pools: [...]}]} instead.")
     ] = None,
@@ -61,7 +74,7 @@ def sandbox_up_command(
     if served and not acls:
         raise fail("--acl-clusters needs --acls")
     try:
-        state = sandbox_up(clusters, clusters_file, acls=acls, acl_clusters=served)
+        state = sandbox_up(clusters, clusters_file, acls=acls, acl_clusters=served, brokers=brokers)
     except (SandboxError, OSError, ValueError) as exc:
         raise fail(str(exc)) from None
     if acls:
@@ -72,6 +85,7 @@ def sandbox_up_command(
             f"kafka: {state.kafka['bootstrap']} "
             f"(export TRAINHUB_BOOTSTRAP={state.kafka['bootstrap']})"
         )
+    _print_brokers(state.kafka)
     for cluster in state.clusters:
         console.print(f"cluster {cluster['name']}: kubeconfig {cluster['kubeconfig']}")
 
@@ -93,9 +107,25 @@ def sandbox_status_command(
         print_structured(state.public(), output.value)
         return
     console.print(f"kafka: {state.kafka['bootstrap']} (SCRAM: {state.kafka['sasl_bootstrap']})")
+    _print_brokers(state.kafka)
     _print_sandbox_users(state.kafka)
     for cluster in state.clusters:
         console.print(f"cluster {cluster['name']}: {cluster['kubeconfig']} ({cluster['context']})")
+
+
+def _print_brokers(kafka: dict[str, Any]) -> None:
+    """A cluster's nodes, and the replication its topics should get."""
+    nodes = kafka.get("brokers") or []
+    if len(nodes) < 2:
+        return
+    for node in nodes:
+        console.print(f"  broker {node['nodeId']}: {node['bootstrap']} (pid {node['pid']})")
+    replication = int(kafka.get("replication", 1))
+    console.print(
+        f"  run trainhub with --replication {replication} "
+        f"(export TRAINHUB_REPLICATION={replication}): topics then get "
+        f"min.insync.replicas {Topics(replication=replication).min_insync}"
+    )
 
 
 def _print_sandbox_users(kafka: dict[str, Any]) -> None:

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,8 @@ import yaml
 from bus.kafka_settings import KafkaSettings
 from trainhub_sandbox.cache import default_cache_dir
 from trainhub_sandbox.errors import SandboxError
-from trainhub_sandbox.kafka_broker import start_kafka, stop_kafka
+from trainhub_sandbox.kafka_broker import KafkaBroker, start_kafka, stop_kafka
+from trainhub_sandbox.kafka_cluster import KafkaCluster, start_kafka_cluster, stop_kafka_cluster
 from trainhub_sandbox.kafka_users import grant, role_users, write_configs
 from trainhub_sandbox.kube_cluster import (
     KubeSandbox,
@@ -49,6 +51,16 @@ class SandboxState:
         """What `trainhub sandbox status -o json` prints."""
         return {"kafka": self.kafka, "clusters": self.clusters}
 
+    def broker_pids(self) -> list[int]:
+        """Every Kafka node's PID (a state file from before `--brokers` has only `pid`)."""
+        nodes = self.kafka.get("brokers") or [{"pid": self.kafka["pid"]}]
+        return [int(node["pid"]) for node in nodes]
+
+    @property
+    def replication(self) -> int:
+        """The replication factor trainhub's topics should have on this sandbox."""
+        return int(self.kafka.get("replication", 1))
+
 
 def read_state(root: Path | None = None) -> SandboxState | None:
     path = (root or sandbox_dir()) / STATE
@@ -71,8 +83,13 @@ def sandbox_up(
     *,
     acls: bool = False,
     acl_clusters: Sequence[str] = (),
+    brokers: int = 1,
 ) -> SandboxState:
     """Start the broker (with a SCRAM user) and `count` member clusters; refuse if running.
+
+    `brokers` > 1: a cluster of that many KRaft nodes (kafka_cluster.py); its bootstrap lists
+    them all, and `replication` in the state says what `--replication` trainhub's topics
+    should get there (3 from three brokers on, with min.insync.replicas 2).
 
     `acls`: the broker authorises every request; the SCRAM user is its only super user, and
     the hub, the producers and a worker per cluster (`acl_clusters`, else the member
@@ -80,7 +97,9 @@ def sandbox_up(
     a `--config` file each (kafka/users/<user>.yaml)."""
     root = sandbox_dir()
     existing = read_state(root)
-    if existing is not None and is_running(int(existing.kafka["pid"])):
+    if brokers < 1:
+        raise ValueError(f"--brokers must be at least 1; got {brokers}")
+    if existing is not None and any(is_running(pid) for pid in existing.broker_pids()):
         raise SandboxError(
             f"a sandbox is already running (state in {root}); run `trainhub sandbox down`"
         )
@@ -92,19 +111,28 @@ def sandbox_up(
     served = list(acl_clusters) or [spec.name for spec in specs] or ["cluster-1"]
     users = role_users(served) if acls else []
     passwords = {SCRAM_USER: password, **{user.name: os.urandom(12).hex() for user in users}}
-    broker = start_kafka(root / "kafka", scram_users=passwords, authorizer=acls)
+    if brokers == 1:
+        broker = start_kafka(root / "kafka", scram_users=passwords, authorizer=acls)
+        kafka_cluster = KafkaCluster((broker,))
+    else:
+        kafka_cluster = start_kafka_cluster(
+            root / "kafka", brokers, scram_users=passwords, authorizer=acls
+        )
+    first = kafka_cluster.brokers[0]
     kafka: dict[str, Any] = {
-        "bootstrap": broker.bootstrap,
-        "pid": broker.pid,
-        "log": str(broker.log_path),
-        "sasl_bootstrap": broker.sasl_bootstrap,
+        "bootstrap": kafka_cluster.bootstrap,
+        "pid": first.pid,
+        "log": str(first.log_path),
+        "sasl_bootstrap": kafka_cluster.sasl_bootstrap,
         "sasl_username": SCRAM_USER,
         "sasl_password": password,
+        "replication": min(brokers, 3),
+        "brokers": [_broker_entry(broker) for broker in kafka_cluster.brokers],
     }
     if users:
-        assert broker.sasl_bootstrap is not None
+        assert kafka_cluster.sasl_bootstrap is not None
         admin = KafkaSettings(
-            bootstrap=broker.sasl_bootstrap,
+            bootstrap=kafka_cluster.sasl_bootstrap,
             security_protocol="SASL_PLAINTEXT",
             sasl_username=SCRAM_USER,
             sasl_password=password,
@@ -112,16 +140,16 @@ def sandbox_up(
         try:
             grant(admin, users)
         except Exception:
-            stop_kafka(broker)
+            stop_kafka_cluster(kafka_cluster)
             raise
         folder = root / "kafka" / "users"
-        kafka["users"] = write_configs(folder, broker.sasl_bootstrap, passwords, users)
+        kafka["users"] = write_configs(folder, kafka_cluster.sasl_bootstrap, passwords, users)
     clusters: list[dict[str, Any]] = []
     if specs:
         try:
             kube = start_member_clusters(specs, root / "kube")
         except Exception:
-            stop_kafka(broker)
+            stop_kafka_cluster(kafka_cluster)
             raise
         write_state(kube)
         for cluster in kube.clusters.values():
@@ -149,12 +177,28 @@ def sandbox_down() -> list[str]:
         stop_member_clusters(load_state(root / "kube"))
         stopped.append("member clusters")
     if state is not None:
-        pid = int(state.kafka["pid"])
-        if is_running(pid):
-            stop_kafka(pid)
-            stopped.append(f"kafka (pid {pid})")
+        running = [pid for pid in state.broker_pids() if is_running(pid)]
+        # All at once: a quorum's last nodes would otherwise wait out their grace period.
+        with ThreadPoolExecutor(max_workers=max(len(running), 1)) as pool:
+            list(pool.map(stop_kafka, running))
+        if running:
+            stopped.append(f"kafka (pid{'s' if len(running) > 1 else ''} {_pids(running)})")
         (root / STATE).unlink()
     return stopped
+
+
+def _broker_entry(broker: KafkaBroker) -> dict[str, Any]:
+    return {
+        "nodeId": broker.node_id,
+        "bootstrap": broker.bootstrap,
+        "saslBootstrap": broker.sasl_bootstrap,
+        "pid": broker.pid,
+        "log": str(broker.log_path),
+    }
+
+
+def _pids(pids: Sequence[int]) -> str:
+    return ", ".join(str(pid) for pid in pids)
 
 
 def _running_clusters() -> KubeSandbox:

@@ -2,7 +2,8 @@
 
 The jars are resolved once into a per-version cache; each broker gets its own work directory,
 loopback ports and a fresh cluster, optionally with a SASL_PLAINTEXT SCRAM-SHA-512 listener and
-the KRaft StandardAuthorizer (ACLs, nothing allowed without one).
+the KRaft StandardAuthorizer (ACLs, nothing allowed without one). `start_nodes` also forms the
+nodes of a multi-broker cluster (trainhub_sandbox/kafka_cluster.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import struct
 import subprocess
 import time
 import xml.etree.ElementTree as ElementTree
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -51,7 +52,9 @@ _SCRAM_ITERATIONS = 8192
 # C1 only and the serial collector: on a busy 2-core machine they cut a start from ~15 s to
 # ~9 s and leave the cores to the tests; a sandbox broker never runs long enough for C2 to pay.
 _FAST_START_JVM_OPTS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Djava.awt.headless=true")
-_BROKER_JVM_OPTS = ("-Xms256m", "-Xmx512m", *_FAST_START_JVM_OPTS)
+BROKER_MAX_HEAP_MB = 512
+"""A lone broker's heap ceiling; the nodes of a cluster get less each (kafka_cluster.py)."""
+_BROKER_MIN_HEAP_MB = 128
 _TOOL_JVM_OPTS = ("-Xmx256m", *_FAST_START_JVM_OPTS)
 _PLAIN_USER = re.compile(r"[A-Za-z0-9._-]+")
 
@@ -72,6 +75,8 @@ class KafkaBroker:
     scram_password: str | None = field(default=None, repr=False)
     authorizer: bool = False
     """ACLs are enforced: a principal may do only what an ACL allows (ANONYMOUS nothing)."""
+    node_id: int = NODE_ID
+    max_heap_mb: int = BROKER_MAX_HEAP_MB
 
 
 # --- jars -------------------------------------------------------------------------------------
@@ -196,6 +201,24 @@ def start_kafka(
     not the one-off jar resolve. On failure the broker is stopped and `SandboxError` carries
     the cause and the tail of its log.
     """
+    (broker,) = start_nodes(
+        [workdir], scram_users=scram_users, authorizer=authorizer, timeout=timeout
+    )
+    return broker
+
+
+def start_nodes(
+    workdirs: Sequence[Path],
+    *,
+    scram_users: dict[str, str] | None = None,
+    authorizer: bool = False,
+    timeout: float = 90,
+    max_heap_mb: int = BROKER_MAX_HEAP_MB,
+) -> list[KafkaBroker]:
+    """Format and start one cluster of `len(workdirs)` combined broker+controller nodes, node
+    ids 1..N, each in its own workdir with its own ports; all N are the (static) controller
+    quorum's voters and the storage of each is formatted with the same cluster id. Returns
+    once every node lists every node as a live broker (`start_kafka` says the rest)."""
     users = dict(scram_users or {})
     _check_scram_users(users)
     admin = next(iter(users.items()), None)
@@ -207,35 +230,60 @@ def start_kafka(
         )
     lib = resolve_kafka_classpath()
     deadline = time.monotonic() + timeout
-    workdir = workdir.resolve()
-    data_dir = workdir / "kraft-data"
-    if data_dir.exists():
-        raise SandboxError(f"{data_dir} already exists; start each broker in a fresh workdir")
-    data_dir.mkdir(parents=True)
-    ports = free_ports(3 if users else 2)
-    config_path = workdir / "server.properties"
-    props = _server_properties(data_dir, ports)
-    if authorizer and admin is not None:
-        props.update(_authorizer_properties(*admin))
-    _write_properties(config_path, props)
+    dirs = [workdir.resolve() for workdir in workdirs]
+    for workdir in dirs:
+        if (workdir / "kraft-data").exists():
+            raise SandboxError(
+                f"{workdir / 'kraft-data'} already exists; start each broker in a fresh workdir"
+            )
+    per_node = 3 if users else 2
+    all_ports = free_ports(per_node * len(dirs))
+    ports = [all_ports[i * per_node : (i + 1) * per_node] for i in range(len(dirs))]
+    voters = ",".join(f"{i + 1}@{LOOPBACK}:{p[1]}" for i, p in enumerate(ports))
     cluster_id = _new_cluster_id()
-    _format_storage(lib, config_path, cluster_id, users, deadline - time.monotonic())
-    log_path = workdir / "kafka.log"
-    process = _launch(lib, config_path, log_path)
-    bootstrap = f"{LOOPBACK}:{ports[0]}"
-    _await_ready(process, ports[0], deadline, timeout, log_path)
-    return KafkaBroker(
-        bootstrap=bootstrap,
-        pid=process.pid,
-        workdir=workdir,
-        log_path=log_path,
-        config_path=config_path,
-        cluster_id=cluster_id,
-        sasl_bootstrap=f"{LOOPBACK}:{ports[2]}" if users else None,
-        scram_username=admin[0] if admin else None,
-        scram_password=admin[1] if admin else None,
-        authorizer=authorizer,
-    )
+    config_paths = []
+    for index, workdir in enumerate(dirs):
+        data_dir = workdir / "kraft-data"
+        data_dir.mkdir(parents=True)
+        config_path = workdir / "server.properties"
+        props = _server_properties(
+            data_dir, ports[index], node_id=index + 1, voters=voters, nodes=len(dirs)
+        )
+        if authorizer and admin is not None:
+            props.update(_authorizer_properties(*admin))
+        _write_properties(config_path, props)
+        _format_storage(lib, config_path, cluster_id, users, deadline - time.monotonic())
+        config_paths.append(config_path)
+    nodes: list[_Node] = []
+    try:
+        for index, (workdir, config_path) in enumerate(zip(dirs, config_paths, strict=True)):
+            log_path = workdir / "kafka.log"
+            process = _launch(lib, config_path, log_path, max_heap_mb)
+            nodes.append(_Node(process, index + 1, ports[index][0], log_path))
+    except BaseException:
+        for node in nodes:
+            stop_kafka(node.process.pid)
+        raise
+    _await_ready(nodes, {(node.node_id, node.port) for node in nodes}, deadline, timeout)
+    return [
+        KafkaBroker(
+            bootstrap=f"{LOOPBACK}:{node.port}",
+            pid=node.process.pid,
+            workdir=workdir,
+            log_path=node.log_path,
+            config_path=config_path,
+            cluster_id=cluster_id,
+            sasl_bootstrap=f"{LOOPBACK}:{ports[index][2]}" if users else None,
+            scram_username=admin[0] if admin else None,
+            scram_password=admin[1] if admin else None,
+            authorizer=authorizer,
+            node_id=node.node_id,
+            max_heap_mb=max_heap_mb,
+        )
+        for index, (node, workdir, config_path) in enumerate(
+            zip(nodes, dirs, config_paths, strict=True)
+        )
+    ]
 
 
 def relaunch_kafka(broker: KafkaBroker, *, timeout: float = 90) -> KafkaBroker:
@@ -247,8 +295,9 @@ def relaunch_kafka(broker: KafkaBroker, *, timeout: float = 90) -> KafkaBroker:
     lib = resolve_kafka_classpath()
     deadline = time.monotonic() + timeout
     port = int(broker.bootstrap.rpartition(":")[2])
-    process = _launch(lib, broker.config_path, broker.log_path)
-    _await_ready(process, port, deadline, timeout, broker.log_path)
+    process = _launch(lib, broker.config_path, broker.log_path, broker.max_heap_mb)
+    node = _Node(process, broker.node_id, port, broker.log_path)
+    _await_ready([node], {(broker.node_id, port)}, deadline, timeout)
     return replace(broker, pid=process.pid)
 
 
@@ -271,17 +320,28 @@ def _check_scram_users(users: Mapping[str, str]) -> None:
             raise ValueError(f"SCRAM user {name!r} needs a non-empty password")
 
 
-def _server_properties(data_dir: Path, ports: list[int]) -> dict[str, str]:
+def _server_properties(
+    data_dir: Path,
+    ports: list[int],
+    *,
+    node_id: int = NODE_ID,
+    voters: str | None = None,
+    nodes: int = 1,
+) -> dict[str, str]:
     broker_port, controller_port = ports[0], ports[1]
+    # Internal topics replicated on up to three nodes; from three on, a write needs two
+    # in-sync copies, so one node may die without losing an acknowledged record.
+    replicas = str(min(nodes, 3))
+    min_isr = "2" if nodes >= 3 else "1"
     listeners = {"PLAINTEXT": broker_port, "CONTROLLER": controller_port}
     if len(ports) > 2:
         listeners["SASL_PLAINTEXT"] = ports[2]
     advertised = {name: port for name, port in listeners.items() if name != "CONTROLLER"}
     props = {
         "process.roles": "broker,controller",
-        "node.id": str(NODE_ID),
-        # A static voter set: the storage is formatted without --standalone.
-        "controller.quorum.voters": f"{NODE_ID}@{LOOPBACK}:{controller_port}",
+        "node.id": str(node_id),
+        # A static voter set (every node of the cluster): formatted without --standalone.
+        "controller.quorum.voters": voters or f"{node_id}@{LOOPBACK}:{controller_port}",
         "listeners": _listener_list(listeners),
         "advertised.listeners": _listener_list(advertised),
         "listener.security.protocol.map": ",".join(
@@ -290,16 +350,17 @@ def _server_properties(data_dir: Path, ports: list[int]) -> dict[str, str]:
         "inter.broker.listener.name": "PLAINTEXT",
         "controller.listener.names": "CONTROLLER",
         "log.dirs": str(data_dir),
-        # One node: every internal topic must be satisfiable with a single replica.
-        "offsets.topic.replication.factor": "1",
-        "offsets.topic.num.partitions": "1",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
+        "offsets.topic.replication.factor": replicas,
+        # A group coordinator per node, so that losing one node moves only some groups.
+        "offsets.topic.num.partitions": str(nodes),
+        "transaction.state.log.replication.factor": replicas,
+        "transaction.state.log.min.isr": min_isr,
         "transaction.state.log.num.partitions": "1",
-        "share.coordinator.state.topic.replication.factor": "1",
-        "share.coordinator.state.topic.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": replicas,
+        "share.coordinator.state.topic.min.isr": min_isr,
         "share.coordinator.state.topic.num.partitions": "1",
-        "min.insync.replicas": "1",
+        "default.replication.factor": replicas,
+        "min.insync.replicas": min_isr,
         "num.partitions": "1",
         # Tests join groups constantly; the default 3 s delay would slow every one of them.
         "group.initial.rebalance.delay.ms": "0",
@@ -409,10 +470,12 @@ def _format_storage(
     _run_tool(command, "formatting the Kafka storage (kafka.tools.StorageTool)", timeout)
 
 
-def _launch(lib: Path, config_path: Path, log_path: Path) -> SandboxProcess:
+def _launch(lib: Path, config_path: Path, log_path: Path, max_heap_mb: int) -> SandboxProcess:
     command = [
         _java(),
-        *_BROKER_JVM_OPTS,
+        f"-Xms{min(_BROKER_MIN_HEAP_MB, max_heap_mb)}m",
+        f"-Xmx{max_heap_mb}m",
+        *_FAST_START_JVM_OPTS,
         f"-Dlog4j2.configurationFile={KAFKA_LOG4J_CONFIG.as_uri()}",
         "-cp",
         f"{lib}/*",
@@ -422,27 +485,52 @@ def _launch(lib: Path, config_path: Path, log_path: Path) -> SandboxProcess:
     return processes.spawn("kafka", command, log_path, cwd=config_path.parent)
 
 
+@dataclass(frozen=True)
+class _Node:
+    process: SandboxProcess
+    node_id: int
+    port: int
+    log_path: Path
+
+
 def _await_ready(
-    process: SandboxProcess, port: int, deadline: float, timeout: float, log_path: Path
+    nodes: Sequence[_Node], expected: set[tuple[int, int]], deadline: float, timeout: float
 ) -> None:
+    """Until every node lists every (node id, port) of `expected` as a live broker; on
+    failure (a node exited, or the deadline passed) every node is stopped."""
+    waiting = list(nodes)
     try:
-        while True:
-            returncode = processes.exit_code(process)
-            if returncode is not None:
-                raise SandboxError(f"Kafka exited with code {returncode} before it was ready")
-            if _broker_answers_metadata(port):
+        while waiting:
+            for node in list(waiting):
+                returncode = processes.exit_code(node.process)
+                if returncode is not None:
+                    raise _NodeFailed(
+                        node, f"Kafka exited with code {returncode} before it was ready"
+                    )
+                if expected <= _metadata_brokers_at(node.port):
+                    waiting.remove(node)
+            if not waiting:
                 return
             if time.monotonic() >= deadline:
-                raise SandboxError(
-                    f"Kafka did not answer a metadata request on {LOOPBACK}:{port} "
-                    f"within {timeout:.0f}s"
+                raise _NodeFailed(
+                    waiting[0],
+                    f"Kafka did not answer a metadata request on {LOOPBACK}:{waiting[0].port} "
+                    f"listing brokers {sorted(node_id for node_id, _ in expected)} "
+                    f"within {timeout:.0f}s",
                 )
             time.sleep(_POLL_INTERVAL_S)
     except BaseException as exc:
-        stop_kafka(process.pid)
-        if isinstance(exc, SandboxError):
-            raise SandboxError(f"{exc}\n{log_tail(log_path, _LOG_TAIL_LINES)}") from exc
+        for node in nodes:
+            stop_kafka(node.process.pid)
+        if isinstance(exc, _NodeFailed):
+            raise SandboxError(f"{exc}\n{log_tail(exc.node.log_path, _LOG_TAIL_LINES)}") from exc
         raise
+
+
+class _NodeFailed(Exception):
+    def __init__(self, node: _Node, message: str) -> None:
+        super().__init__(message)
+        self.node = node
 
 
 # --- readiness probe: a real Metadata request over the Kafka wire protocol -------------------
@@ -453,22 +541,23 @@ _API_VERSIONS = 18
 _METADATA_VERSIONS = range(1, 9)
 
 
-def _broker_answers_metadata(port: int) -> bool:
-    """Whether the broker lists itself in a Metadata response (so it serves clients)."""
+def _metadata_brokers_at(port: int) -> set[tuple[int, int]]:
+    """The (node id, port) of each live broker the node at `port` lists in a Metadata
+    response (empty while it does not answer): a broker lists itself once it serves
+    clients."""
     try:
         with socket.create_connection((LOOPBACK, port), timeout=_PROBE_TIMEOUT_S) as sock:
             version = _pick_metadata_version(_request(sock, _API_VERSIONS, 0, b""))
             if version is None:
-                return False
+                return set()
             body = struct.pack(">i", 0)  # an empty topic list: brokers only
             if version >= 4:
                 body += b"\x00"  # allow_auto_topic_creation
             if version >= 8:
                 body += b"\x00\x00"  # include cluster/topic authorized operations
-            brokers = _metadata_brokers(_request(sock, _API_METADATA, version, body), version)
+            return _metadata_brokers(_request(sock, _API_METADATA, version, body), version)
     except (OSError, EOFError, struct.error):
-        return False
-    return (NODE_ID, port) in brokers
+        return set()
 
 
 def _request(sock: socket.socket, api_key: int, version: int, body: bytes) -> bytes:
