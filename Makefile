@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PACKAGES := schemas bus dispatcher workers trainhub trainhub_sandbox
 
-.PHONY: run test lint native format bench bench-kafka bench-soak bench-placement bench-kube bench-memory bench-redispatch clean
+.PHONY: run test lint native format bench bench-kafka bench-soak bench-restart bench-broker-loss bench-placement bench-kube bench-memory bench-redispatch clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,7 +35,7 @@ format: $(STAMP)
 	$(BIN)/ruff format $(PACKAGES) tests examples bench
 	$(BIN)/ruff check --fix $(PACKAGES) tests examples bench
 
-bench: bench-placement bench-kafka bench-soak bench-kube bench-memory bench-redispatch
+bench: bench-placement bench-kafka bench-soak bench-restart bench-broker-loss bench-kube bench-memory bench-redispatch
 
 bench-kube: native
 	$(BIN)/python -m bench.kube_throughput
@@ -45,6 +45,9 @@ bench-kafka: native
 
 bench-soak: native
 	$(BIN)/python -m bench.soak
+
+bench-restart: native
+	$(BIN)/python -m bench.restart
 
 bench-memory: native
 	$(BIN)/python -m bench.ledger_memory
