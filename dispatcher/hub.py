@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 
 from prometheus_client import CollectorRegistry
 
@@ -96,6 +96,7 @@ class Hub:
         self.placer, self.turns = self.context.placer, self.context.turns
         self.rebuilt_from = (0, 0)
         """What the last start read: (job states, status events)."""
+        self._marked_status = False
         self._tasks = TaskOwner("hub")
         self._consumers: list[EventConsumer] = []
         self.metrics.track(self)
@@ -215,10 +216,16 @@ class Hub:
             return set()
 
     async def _rebuild(self, status: EventConsumer, clusters: EventConsumer) -> None:
-        """The state topic, then the statuses since the predecessor's last commit (all of
-        them for a hub whose deployment predates the state topic), then the heartbeats."""
+        """The heartbeats, then the state topic, then the statuses since the predecessor's
+        last commit (all of them for a hub whose deployment predates the state topic). A
+        leader marks the topics it writes with its epoch as soon as it knows the clusters,
+        before reading the rest: a former leader continued meanwhile is refused from then."""
         context = self.context
         ledger = context.ledger
+        context.replaying = True
+        await clusters.catch_up()
+        if context.epoch is not None:
+            await self._mark_epoch(c.name for c in context.clusters.all())
         loaded = await context.state.load()
         for record, ttl in loaded:
             ledger.put(record)
@@ -234,17 +241,12 @@ class Hub:
             while not status.subscription.assignment():
                 replayed += await status.poll_once(timeout=0.5)
         replayed += await status.catch_up()
-        await clusters.catch_up()
         context.replaying = False
         context.clusters.replayed()
         self.rebuilt_from = (len(loaded), replayed)
         if context.epoch is not None:
-            # Before anything this hub sends: what a former leader sends after is refused.
-            await mark_epoch(
-                context.bus, context.topics.status, context.config.source, context.epoch
-            )
-            known = {r.cluster for r in ledger.in_phase(*PLACED) if r.cluster is not None}
-            await self.outbox.mark_epoch(sorted(known | {s.name for s in context.clusters.all()}))
+            # Clusters holding jobs that sent no heartbeat the compacted topic kept.
+            await self._mark_epoch(r.cluster for r in ledger.in_phase(*PLACED) if r.cluster)
         if not (loaded or replayed):
             return
         for record in ledger.all():
@@ -268,6 +270,16 @@ class Hub:
             len(ledger.in_phase(JobPhase.QUEUED)),
             len(ledger.in_phase(*PLACED)),
         )
+
+    async def _mark_epoch(self, clusters: Iterable[str]) -> None:
+        context = self.context
+        assert context.epoch is not None
+        if not self._marked_status:
+            await mark_epoch(
+                context.bus, context.topics.status, context.config.source, context.epoch
+            )
+            self._marked_status = True
+        await self.outbox.mark_epoch(sorted(set(clusters)))
 
     def _restore_reservation(self, record: JobRecord) -> None:
         snapshot = self.context.clusters.get(record.cluster or "")
