@@ -198,11 +198,15 @@ class Embedded:
     async def pod_logs(self, update: JobStatusUpdate) -> dict[str, str]:
         """Logs of a job's pods from the worker that ran it."""
         worker = next((w for w in self.workers if w.cluster == update.cluster), None)
-        run = worker.runs.get(update.uid) if worker else None
-        if worker is None or run is None:
+        if worker is None:
             return {}
+        run = worker.runs.get(update.uid)
+        # A run that left the worker (run_retention): its pods, found by their label.
+        names = (
+            list(run.pods) if run is not None else await worker.backend.job_pod_names(update.uid)
+        )
         logs = {}
-        for name in run.pods:
+        for name in names:
             try:
                 logs[name] = await worker.backend.pod_logs(update.uid, name)
             except PodLogsUnavailable as unavailable:

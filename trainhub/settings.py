@@ -71,6 +71,13 @@ class TrainhubSettings(BaseSettings):
         description="Hub: seconds a finished job stays known to the hub after it ended (then "
         "it is forgotten, as Kubernetes garbage-collects a job: its name is free again).",
     )
+    run_retention: float = Field(
+        default=60.0,
+        ge=0,
+        description="Worker: seconds a finished job's run stays in the worker's hands after "
+        "it ended (then only a pending ttlSecondsAfterFinished is kept; its pods are found "
+        "by their labels).",
+    )
     heartbeat_overdue_after: float | None = Field(
         default=None,
         gt=0,

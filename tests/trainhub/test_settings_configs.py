@@ -74,3 +74,9 @@ def test_the_embedded_runner_takes_the_settings_with_its_own_timings() -> None:
     assert (system.hub.config.max_heartbeat_age, system.hub.config.lost_after) == (4.0, 4.0)
     worker = system.worker("solo")
     assert (worker.config.heartbeat_interval, worker.config.unschedulable_timeout) == (0.5, 8.0)
+
+
+def test_the_retentions_reach_the_hub_and_the_workers() -> None:
+    settings = TrainhubSettings(finished_retention=3600, run_retention=5)
+    assert settings.hub_config().finished_retention == 3600
+    assert settings.worker_config("east").run_retention == 5
