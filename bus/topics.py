@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from bus.base import TopicSpec
 
 _WEEK_MS = 7 * 24 * 3600 * 1000
 _DAY_MS = 24 * 3600 * 1000
+_HOUR_MS = 3600 * 1000
+_STATE_COMPACTION = {
+    "delete.retention.ms": str(_HOUR_MS),
+    "segment.ms": str(_HOUR_MS),
+    "min.cleanable.dirty.ratio": "0.1",
+}
 
 
 @dataclass(frozen=True)
@@ -103,7 +110,12 @@ class Topics:
             self._spec(self.status),
             # Compacted: the newest heartbeat of each cluster is all a restarted hub needs.
             self._spec(self.clusters, compacted=True, partitions=1),
-            self._spec(self.hub_state, compacted=True),
+            dataclasses.replace(
+                self._spec(self.hub_state, compacted=True),
+                # Tombstones (forgotten jobs) cleaned within hours rather than Kafka's day:
+                # a starting hub reads what compaction left, so it should leave live jobs.
+                extra_config={**self._replica_config(), **_STATE_COMPACTION},
+            ),
             self._spec(self.leader, partitions=1),
             self._spec(self.dead_letters, partitions=1),
             # Answers are read within seconds of being written; a day is plenty.
