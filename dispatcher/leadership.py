@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge
 from pydantic_core import to_json
@@ -137,9 +138,9 @@ class LeadingHub:
         self._epoch.set(epoch)
         self.leading.set()
         keeping = asyncio.ensure_future(self.leadership.keep())
-        waiters: set[asyncio.Future[object]] = {keeping}  # type: ignore[arg-type]
+        waiters: set[asyncio.Future[Any]] = {keeping}
         if hub.crashed is not None:
-            waiters.add(hub.crashed)  # type: ignore[arg-type]
+            waiters.add(hub.crashed)
         try:
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         finally:
