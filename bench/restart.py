@@ -3,9 +3,10 @@
 The topics are laid out as a predecessor leaves them after months: `--finished` jobs that
 ended (each with its final status on the status topic, and its record tombstoned on the
 state topic once its retention passed) and `--live` jobs still running (a state record each,
-with its document), the status group's offset committed at the topic's end, one cluster's
-heartbeat. Then a hub starts and a new job is submitted; the figure is the time from the
-hub's start to that job's Assigned status, and the hub's own report of what it read.
+with its document), the status group's offset committed at the topic's end, and the heartbeat
+of the cluster that runs them, listing them as its worker does. Then a hub starts and a new
+job is submitted; the figure is the time from the hub's start to that job's Assigned status,
+and the hub's own report of what it read.
 Written to bench/results/restart.json.
 
 Usage: python -m bench.restart [--finished N] [--live N] [--bootstrap HOST:PORT]
@@ -19,19 +20,22 @@ import asyncio
 import json
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench.hub_throughput import heartbeat, kafka_bus
+from bench.hub_throughput import kafka_bus
 from bench.jobs import jax_job
 from bus.base import Bus, TopicPartition
-from bus.events import publish_payload
+from bus.events import publish_event, publish_payload
 from bus.topics import Topics
 from dispatcher.hub import Hub, HubConfig
 from dispatcher.ledger import JobRecord
 from dispatcher.state_store import encode_state
-from schemas.events import EventType, JobStatusUpdate
+from schemas.cluster import ClusterSnapshot, NodeSnapshot
+from schemas.events import EventType, JobStatusUpdate, make_event
 from schemas.job_parsing import parse_job
+from schemas.quantity import parse_quantity
 from schemas.status import JobPhase
 from trainhub.logs import setup_logging
 from trainhub.producer import submit_document
@@ -40,8 +44,8 @@ RESULTS = Path(__file__).parent / "results"
 _SOURCE = "trainhub/hub"
 
 
-async def lay_out_history(bus: Bus, topics: Topics, finished: int, live: int) -> None:
-    """What a hub that ran for months leaves on the topics."""
+async def lay_out_history(bus: Bus, topics: Topics, finished: int, live: int) -> list[str]:
+    """What a hub that ran for months leaves on the topics; returns the live jobs' uids."""
     await bus.create_topics(topics.shared_specs())
     for i in range(finished):
         uid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"finished-{i}"))
@@ -64,12 +68,32 @@ async def lay_out_history(bus: Bus, topics: Topics, finished: int, live: int) ->
         await bus.send(topics.hub_state, None, key=uid.encode())
         if i % 50_000 == 0:
             await bus.flush()
+    uids = []
     for i in range(live):
         document = jax_job(f"live-{i}", 2, "100m", "64Mi")
         record = JobRecord.of(parse_job(document), JobPhase.RUNNING)
         record.cluster, record.attempt, record.sequence = "c0", 1, 3
         await bus.send(topics.hub_state, encode_state(record), key=record.uid.encode())
+        uids.append(record.uid)
     await bus.flush()
+    return uids
+
+
+async def worker_heartbeat(bus: Bus, topics: Topics, running: list[str]) -> None:
+    """The cluster's heartbeat as its worker reports it: its running jobs listed (their pods
+    counted in its nodes' requests), so the starting hub reserves nothing for them again."""
+    nodes = [
+        NodeSnapshot(
+            name=f"n{n}",
+            allocatable={"cpu": parse_quantity("10000"), "memory": parse_quantity("100Ti")},
+        )
+        for n in range(50)
+    ]
+    snapshot = ClusterSnapshot(
+        name="c0", nodes=nodes, observedAt=datetime.now().astimezone(), jobs=running
+    )
+    event = make_event(EventType.CLUSTER_HEARTBEAT, "bench", snapshot.name, snapshot)
+    await publish_event(bus, topics.clusters, snapshot.name, event)
 
 
 async def commit_status_to_end(bus: Bus, topics: Topics) -> None:
@@ -99,9 +123,9 @@ async def run(finished: int, live: int, bootstrap: str | None) -> dict[str, Any]
     async with kafka_bus(bootstrap) as (bus, _):
         topics = Topics(prefix=f"restart-{uuid.uuid4().hex[:6]}")
         started = time.monotonic()
-        await lay_out_history(bus, topics, finished, live)
+        running = await lay_out_history(bus, topics, finished, live)
         await commit_status_to_end(bus, topics)
-        await heartbeat(bus, topics, clusters=1)
+        await worker_heartbeat(bus, topics, running)
         laid_out = time.monotonic() - started
 
         hub = Hub(bus, topics, HubConfig(max_heartbeat_age=3600, lost_after=3600))
