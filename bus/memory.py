@@ -37,6 +37,30 @@ class _Group:
     members: list[MemorySubscription] = field(default_factory=list)
 
 
+def _append(
+    partitions: list[list[Record]],
+    topic: str,
+    index: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Headers,
+) -> int:
+    """Append one record to a partition's log; returns its offset."""
+    log = partitions[index]
+    log.append(
+        Record(
+            topic=topic,
+            partition=index,
+            offset=len(log),
+            key=key,
+            value=value,
+            headers=tuple(headers),
+            timestamp_ms=int(time.time() * 1000),
+        )
+    )
+    return len(log) - 1
+
+
 class MemoryBus(Bus):
     def __init__(self) -> None:
         self._logs: dict[str, list[list[Record]]] = {}
@@ -83,19 +107,9 @@ class MemoryBus(Bus):
         if partitions is None:
             raise UnknownTopicError(f"topic {topic!r} does not exist")
         index = partition_for(key, len(partitions), next(self._keyless))
-        log = partitions[index]
-        record = Record(
-            topic=topic,
-            partition=index,
-            offset=len(log),
-            key=key,
-            value=value,
-            headers=tuple(headers),
-            timestamp_ms=int(time.time() * 1000),
-        )
-        log.append(record)
+        offset = _append(partitions, topic, index, key, value, headers)
         self._notify()
-        return RecordMetadata(topic, index, record.offset)
+        return RecordMetadata(topic, index, offset)
 
     async def publish_to_every_partition(
         self, topic: str, value: bytes, *, key: bytes | None = None, headers: Headers = ()
@@ -103,18 +117,8 @@ class MemoryBus(Bus):
         partitions = self._logs.get(topic)
         if partitions is None:
             raise UnknownTopicError(f"topic {topic!r} does not exist")
-        for index, log in enumerate(partitions):
-            log.append(
-                Record(
-                    topic=topic,
-                    partition=index,
-                    offset=len(log),
-                    key=key,
-                    value=value,
-                    headers=tuple(headers),
-                    timestamp_ms=int(time.time() * 1000),
-                )
-            )
+        for index in range(len(partitions)):
+            _append(partitions, topic, index, key, value, headers)
         self._notify()
 
     def subscribe(

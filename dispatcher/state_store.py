@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import to_json
 
 from bus.base import Bus
+from bus.reading import records_to_end
 from dispatcher.ledger import JobRecord
 from schemas.errors import JobInvalid
 from schemas.events import PlacementDecision
@@ -62,12 +63,7 @@ class JobState(BaseModel):
 def encode_state(record: JobRecord) -> bytes:
     """The record as its state-topic value."""
     now_wall, now = time.time(), time.monotonic()
-    decision = record.decision
-    if decision is not None:
-        decision = PlacementDecision.model_construct(
-            chosen=decision.chosen,
-            clusters=[c for c in decision.clusters if c.name == decision.chosen],
-        )
+    decision = record.decision.chosen_only() if record.decision is not None else None
     job = record.job
     fields: dict[str, Any] = {
         "uid": record.uid,
@@ -159,15 +155,9 @@ class HubStateStore:
         ttlSecondsAfterFinished. A value that does not decode is logged and passed over:
         the status topic still has that job's history."""
         newest: dict[bytes, bytes | None] = {}
-        subscription = self._bus.subscribe([self._topic], group=None)
-        await subscription.start()
-        try:
-            while await subscription.lag() > 0:
-                for item in await subscription.poll(timeout=0.2, max_records=10_000):
-                    if item.key is not None:
-                        newest[item.key] = item.value
-        finally:
-            await subscription.stop()
+        async for item in records_to_end(self._bus, self._topic):
+            if item.key is not None:
+                newest[item.key] = item.value
         loaded = []
         for key, value in newest.items():
             if value is None:

@@ -131,6 +131,12 @@ class PlacementDecision(_Payload):
     chosen: str | None
     clusters: list[ClusterScore] = Field(default_factory=list)
 
+    def chosen_only(self) -> PlacementDecision:
+        """The chosen cluster and its score, without how every other cluster fared."""
+        return PlacementDecision.model_construct(
+            chosen=self.chosen, clusters=[c for c in self.clusters if c.name == self.chosen]
+        )
+
 
 class JobAssigned(_Payload):
     uid: str

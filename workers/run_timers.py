@@ -139,7 +139,14 @@ class RunTimers:
                     self.armed[uid] = _Timer(timer.due, task)
 
     async def _fire_at(self, run: JobRun, due: datetime) -> None:
-        delay = (due - run.clock()).total_seconds()
+        await self._when_due(due, run.clock, run.job.uid, lambda: self._fire(run))
+
+    async def _when_due(
+        self, due: datetime, clock: Clock, uid: str, action: Callable[[], Awaitable[None]]
+    ) -> None:
+        """Wait until `due` by `clock`, then carry `action` out, tried again while the
+        backend's refusals are transient."""
+        delay = (due - clock()).total_seconds()
         if delay > 0:
             await asyncio.sleep(delay)
 
@@ -148,12 +155,10 @@ class RunTimers:
                 "timer not carried out, trying again in %.1fs: %s",
                 wait,
                 error,
-                extra=self._extra(run.job.uid),
+                extra=self._extra(uid),
             )
 
-        await retry_transient(
-            lambda: self._fire(run), BACKEND_RETRY, transient=is_transient, on_retry=retrying
-        )
+        await retry_transient(action, BACKEND_RETRY, transient=is_transient, on_retry=retrying)
 
     async def _fire(self, run: JobRun) -> None:
         uid = run.job.uid
@@ -182,24 +187,7 @@ class RunTimers:
 
     async def _expire_later(self, uid: str, namespace: str, due: datetime, clock: Clock) -> None:
         """ttlSecondsAfterFinished of a job whose run already left: delete its objects."""
-        delay = (due - clock()).total_seconds()
-        if delay > 0:
-            await asyncio.sleep(delay)
-
-        def retrying(error: BaseException, failures: int, wait: float) -> None:
-            log.warning(
-                "timer not carried out, trying again in %.1fs: %s",
-                wait,
-                error,
-                extra=self._extra(uid),
-            )
-
-        await retry_transient(
-            lambda: self._expire_left(uid, namespace),
-            BACKEND_RETRY,
-            transient=is_transient,
-            on_retry=retrying,
-        )
+        await self._when_due(due, clock, uid, lambda: self._expire_left(uid, namespace))
 
     async def _expire_left(self, uid: str, namespace: str) -> None:
         async with self._locks.job(uid):
