@@ -98,6 +98,11 @@ class Subscription(abc.ABC):
     async def lag(self) -> int:
         """Records after the current position of every assigned partition."""
 
+    @abc.abstractmethod
+    async def unassigned(self) -> int:
+        """Partitions of the subscribed topics that exist now (by name or by prefix) and
+        that this consumer does not hold: 0 once a group's only member has all of them."""
+
     async def __aenter__(self) -> Subscription:
         await self.start()
         return self
@@ -156,8 +161,11 @@ class Bus(abc.ABC):
         on_revoke: RevokeCallback | None = None,
         session_timeout: float | None = None,
         sticky: bool = False,
+        prefix: str | None = None,
     ) -> Subscription:
-        """A new, not yet started consumer of `topics`. `session_timeout`: seconds after
+        """A new, not yet started consumer of `topics`, and with `prefix` of every topic
+        whose name starts with it, those created later too (found within seconds: how a hub
+        hears each member cluster on a topic of its own). `session_timeout`: seconds after
         which a group member that stopped answering (killed, paused) loses its partitions,
         where the default (10 s) is too slow. `sticky`: a rebalance leaves each member the
         partitions it holds where it can (a member joining or leaving moves no others)."""

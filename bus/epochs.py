@@ -9,14 +9,15 @@ from bisect import bisect_left
 
 from bus.base import Record, TopicPartition
 
-_EPOCH_HEADER = "ce_epoch"
+EPOCH_HEADER = "ce_epoch"
+"""The CloudEvent extension attribute, as a Kafka header (binary content mode)."""
 
 
 def record_epoch(record: Record) -> int | None:
     """The hub epoch a record carries, if any (one that does not parse counts as none: the
     record's decoding refuses it)."""
     for key, value in record.headers:
-        if key == _EPOCH_HEADER:
+        if key == EPOCH_HEADER:
             try:
                 return int(value)
             except ValueError:

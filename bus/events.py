@@ -91,6 +91,7 @@ class EventConsumer:
         already_dead: Collection[DeadLetterKey] = (),
         fence: EpochFence | None = None,
         session_timeout: float | None = None,
+        prefix: str | None = None,
     ) -> None:
         """`skip`: records it returns True for are passed over undecoded (and committed).
         `commit_behind`: `run()` commits in a task of its own, so polling goes on while a
@@ -103,7 +104,7 @@ class EventConsumer:
         `fence`: records it refuses (a hub's, of an older epoch than one met before in their
         partition: bus/epochs.py) are passed over, logged; judged in each partition's order
         as polled, before any handling, whatever `concurrency`. `session_timeout`: see
-        `Bus.subscribe`."""
+        `Bus.subscribe`, and `prefix` too."""
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
         self._bus = bus
@@ -120,6 +121,7 @@ class EventConsumer:
             start_from=start_from,
             on_revoke=self._on_revoke,
             session_timeout=session_timeout,
+            prefix=prefix,
         )
         self._handler = handler
         self._dlq = dead_letter_topic

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -377,9 +378,10 @@ class KafkaBus(Bus):
         on_revoke: RevokeCallback | None = None,
         session_timeout: float | None = None,
         sticky: bool = False,
+        prefix: str | None = None,
     ) -> KafkaSubscription:
         return KafkaSubscription(
-            self, list(topics), group, start_from, on_revoke, session_timeout, sticky
+            self, list(topics), group, start_from, on_revoke, session_timeout, sticky, prefix
         )
 
 
@@ -448,7 +450,11 @@ class KafkaSubscription(Subscription):
         on_revoke: RevokeCallback | None,
         session_timeout: float | None = None,
         sticky: bool = False,
+        prefix: str | None = None,
     ) -> None:
+        if prefix is not None and topics:
+            raise ValueError("a Kafka consumer follows either named topics or a prefix")
+        self._prefix = prefix
         self._bus = bus
         self._session_timeout = session_timeout
         self._sticky = sticky
@@ -493,7 +499,13 @@ class KafkaSubscription(Subscription):
                 raise _fatal(exc, self._bus.settings, "starting a consumer") from exc
             await self._await_topics(consumer)
             listener = _Listener(self._on_revoke if self._group else None)
-            consumer.subscribe(self._topics, listener=listener)
+            if self._prefix is not None:
+                # Matched against the metadata, refreshed every `metadata_max_age_ms`: a
+                # topic created later joins the subscription within seconds.
+                pattern = f"^{re.escape(self._prefix)}.*"
+                consumer.subscribe(pattern=pattern, listener=listener)
+            else:
+                consumer.subscribe(self._topics, listener=listener)
             if self._group is None:
                 # Without a group, aiokafka assigns every partition itself once metadata
                 # arrives; wait for that so seeks and lag work from the first call.
@@ -542,7 +554,8 @@ class KafkaSubscription(Subscription):
                 timeout_ms=int(timeout * 1000), max_records=max_records
             )
         except _DENIED as exc:
-            raise _fatal(exc, self._bus.settings, f"reading {', '.join(self._topics)}") from exc
+            reading = ", ".join(self._topics) or f"{self._prefix}*"
+            raise _fatal(exc, self._bus.settings, f"reading {reading}") from exc
         records: list[Record] = []
         for tp, batch in batches.items():
             for msg in batch:
@@ -577,6 +590,20 @@ class KafkaSubscription(Subscription):
             # A rebalance took the partitions away: their new owner re-reads from the
             # last commit, which is at-least-once, not loss.
             log.warning("commit skipped after a rebalance: %s", exc)
+
+    async def unassigned(self) -> int:
+        consumer = self._started()
+        names = set(self._topics)
+        if self._prefix is not None:
+            prefix = self._prefix
+            listed = await _until_back(self._bus.settings, consumer.topics)
+            names |= {t for t in listed if t.startswith(prefix)}
+        wanted = {
+            KafkaTP(topic, partition)
+            for topic in names
+            for partition in consumer.partitions_for_topic(topic) or ()
+        }
+        return len(wanted - consumer.assignment())
 
     def assignment(self) -> set[TopicPartition]:
         consumer = self._started()

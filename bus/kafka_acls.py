@@ -70,12 +70,17 @@ def role_acls(role: Role, topics: Topics, clusters: Sequence[str] = ()) -> list[
     """Exactly what `role` needs with these topics; `clusters` names the clusters a worker
     principal serves (one worker user per cluster keeps each out of the others' work).
 
+    One writer of the truth: a worker writes only its own cluster's reports topic (its
+    jobs' statuses, its hand-backs, its heartbeats); the hub checks each record against the
+    cluster the topic belongs to and the job's current placement, and passes what it accepts
+    on to the status and clusters topics, which only the hub writes and everyone else reads.
+
     Heartbeats and log answers are read without a consumer group (from the start, by every
-    reader), and so is the status topic by producers; the hub's jobs and status consumers and
-    the workers' assignment consumers need a group ACL. Topics are created by the hub
-    (shared ones at start, a cluster's assignments topic on first placement) and by each
-    worker (its own assignments topic); the others find them existing. Writing any topic
-    also permits the idempotent producer.
+    reader), and so is the status topic by producers; the hub's jobs, status and reports
+    consumers and the workers' assignment consumers need a group ACL. Topics are created by
+    the hub (shared ones at start, a cluster's assignments topic on first placement) and by
+    each worker (its own assignments and reports topics); the others find them existing.
+    Writing any topic also permits the idempotent producer.
     """
     if role == "hub":
         return [
@@ -90,7 +95,19 @@ def role_acls(role: Role, topics: Topics, clusters: Sequence[str] = ()) -> list[
                 Operation.READ,
                 "commits its progress on the jobs topic",
             ),
-            _topic(topics.status, Operation.READ, "follows the workers"),
+            _topic(
+                topics.reports_prefix,
+                Operation.READ,
+                "follows every cluster's reports (statuses, hand-backs, heartbeats)",
+                PatternType.PREFIXED,
+            ),
+            AclRule(
+                ResourceType.GROUP,
+                topics.hub_reports_group,
+                Operation.READ,
+                "commits its progress on the reports topics",
+            ),
+            _topic(topics.status, Operation.READ, "reads its predecessor's statuses at start"),
             AclRule(
                 ResourceType.GROUP,
                 topics.hub_status_group,
@@ -107,8 +124,13 @@ def role_acls(role: Role, topics: Topics, clusters: Sequence[str] = ()) -> list[
                 Operation.READ,
                 "the election between standby hubs",
             ),
-            _topic(topics.status, Operation.WRITE, "publishes Queued, Assigned, Rejected..."),
-            _topic(topics.clusters, Operation.READ, "follows the clusters' heartbeats"),
+            _topic(
+                topics.status,
+                Operation.WRITE,
+                "publishes Queued, Assigned, Rejected... and the workers' statuses it accepted",
+            ),
+            _topic(topics.clusters, Operation.READ, "reads the heartbeats it passed on, at start"),
+            _topic(topics.clusters, Operation.WRITE, "passes on the heartbeats it accepted"),
             _topic(topics.dead_letters, Operation.WRITE, "sets aside events it cannot use"),
             _topic(
                 topics.dead_letters,
@@ -132,8 +154,15 @@ def role_acls(role: Role, topics: Topics, clusters: Sequence[str] = ()) -> list[
         rules: list[AclRule] = []
         for cluster in clusters:
             assignments = topics.assignments(cluster)
+            reports = topics.reports(cluster)
             rules += [
                 _topic(assignments, Operation.CREATE, "creates it at start"),
+                _topic(reports, Operation.CREATE, "creates it at start"),
+                _topic(
+                    reports,
+                    Operation.WRITE,
+                    "reports its jobs' statuses, hand-backs and its heartbeats (capacity)",
+                ),
                 _topic(
                     assignments,
                     Operation.READ,
@@ -148,8 +177,6 @@ def role_acls(role: Role, topics: Topics, clusters: Sequence[str] = ()) -> list[
             ]
         return [
             *rules,
-            _topic(topics.status, Operation.WRITE, "reports Created, Running, Succeeded..."),
-            _topic(topics.clusters, Operation.WRITE, "publishes heartbeats (capacity, health)"),
             _topic(topics.logs, Operation.WRITE, "answers log requests"),
             _topic(topics.dead_letters, Operation.WRITE, "sets aside events it cannot use"),
         ]

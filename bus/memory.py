@@ -67,6 +67,8 @@ class MemoryBus(Bus):
         self._specs: dict[str, TopicSpec] = {}
         self._groups: dict[str, _Group] = {}
         self._waiters: set[asyncio.Event] = set()
+        self._by_prefix: set[MemorySubscription] = set()
+        """Started subscriptions without a group that follow a prefix: new topics join them."""
         self._keyless = itertools.count()
         self._closed = False
 
@@ -84,6 +86,8 @@ class MemoryBus(Bus):
                 self._specs[spec.name] = spec
         for group in self._groups.values():
             await self._rebalance(group)
+        for subscription in list(self._by_prefix):
+            await subscription._assign(set(self._partitions(subscription.topics)), {})
 
     def topics(self) -> list[str]:
         return sorted(self._logs)
@@ -130,9 +134,10 @@ class MemoryBus(Bus):
         on_revoke: RevokeCallback | None = None,
         session_timeout: float | None = None,
         sticky: bool = False,
+        prefix: str | None = None,
     ) -> MemorySubscription:
         # Sticky either way: members keep their join order, and so their ranges.
-        return MemorySubscription(self, list(topics), group, start_from, on_revoke)
+        return MemorySubscription(self, list(topics), group, start_from, on_revoke, prefix)
 
     def committed(self, group: str) -> dict[TopicPartition, int]:
         return dict(self._groups.get(group, _Group()).committed)
@@ -185,9 +190,11 @@ class MemorySubscription(Subscription):
         group: str | None,
         start_from: StartFrom,
         on_revoke: RevokeCallback | None,
+        prefix: str | None = None,
     ) -> None:
         self._bus = bus
-        self.topics = topics
+        self._named = topics
+        self._prefix = prefix
         self._group = group
         self._start_from = start_from
         self._on_revoke = on_revoke
@@ -195,12 +202,23 @@ class MemorySubscription(Subscription):
         self._started = False
         self._wakeup = asyncio.Event()
 
+    @property
+    def topics(self) -> list[str]:
+        """The topics subscribed now: by name, and those existing with the prefix."""
+        if self._prefix is None:
+            return self._named
+        prefix = self._prefix
+        matching = [t for t in self._bus.topics() if t.startswith(prefix)]
+        return [*self._named, *(t for t in matching if t not in self._named)]
+
     async def start(self) -> None:
         if self._started:
             return
         self._started = True
         self._bus._waiters.add(self._wakeup)
         if self._group is None:
+            if self._prefix is not None:
+                self._bus._by_prefix.add(self)
             await self._assign(set(self._bus._partitions(self.topics)), {})
         else:
             await self._bus._join(self._group, self)
@@ -210,6 +228,7 @@ class MemorySubscription(Subscription):
             return
         self._started = False
         self._bus._waiters.discard(self._wakeup)
+        self._bus._by_prefix.discard(self)
         if self._group is not None:
             await self._bus._leave(self._group, self)
         self._positions.clear()
@@ -276,6 +295,9 @@ class MemorySubscription(Subscription):
 
     async def lag(self) -> int:
         return sum(self._bus._end_offset(tp) - pos for tp, pos in self._positions.items())
+
+    async def unassigned(self) -> int:
+        return len(set(self._bus._partitions(self.topics)) - set(self._positions))
 
     async def seek(self, tp: TopicPartition, offset: int) -> None:
         if tp not in self._positions:

@@ -74,6 +74,23 @@ class Topics:
         return f"{self.prefix}.assignments.{cluster}"
 
     @property
+    def reports_prefix(self) -> str:
+        return f"{self.prefix}.reports."
+
+    def reports(self, cluster: str) -> str:
+        """What one cluster's worker reports (its jobs' statuses, hand-backs, heartbeats),
+        written by that worker alone: the hub checks each record against the cluster the
+        topic belongs to and passes what it accepts on to `status` and `clusters`, which
+        only hubs write (see bus/kafka_acls.py)."""
+        return f"{self.reports_prefix}{cluster}"
+
+    def cluster_of_reports(self, topic: str) -> str | None:
+        """The cluster a reports topic belongs to (None: not a reports topic)."""
+        if not topic.startswith(self.reports_prefix):
+            return None
+        return topic[len(self.reports_prefix) :] or None
+
+    @property
     def hub_group(self) -> str:
         """The consumer group the hub reads the jobs topic in."""
         return f"{self.prefix}-hub"
@@ -83,6 +100,11 @@ class Topics:
         """The consumer group the hub reads the status topic in: a starting hub reads the
         statuses since its predecessor's last commit, its state from `hub_state`."""
         return f"{self.prefix}-hub-status"
+
+    @property
+    def hub_reports_group(self) -> str:
+        """The consumer group the hub reads the clusters' reports topics in."""
+        return f"{self.prefix}-hub-reports"
 
     def worker_group(self, cluster: str) -> str:
         """The consumer group a cluster's worker reads its assignments topic in."""
@@ -130,3 +152,8 @@ class Topics:
 
     def assignment_spec(self, cluster: str) -> TopicSpec:
         return self._spec(self.assignments(cluster), partitions=1)
+
+    def reports_spec(self, cluster: str) -> TopicSpec:
+        # One partition: the hub reads a cluster's statuses and heartbeats in the order its
+        # worker wrote them.
+        return self._spec(self.reports(cluster), partitions=1)

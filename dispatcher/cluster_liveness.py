@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from bus.base import Record
@@ -49,19 +50,26 @@ class ClusterLiveness:
         keep = timedelta(seconds=10 * self._context.config.lost_after)
         self._feed_clock = HeartbeatFeedClock(datetime.now(UTC), interval, keep=keep)
 
-    async def follow_feed(self, clusters: EventConsumer, interval: float) -> None:
+    async def follow_feed(self, feeds: Sequence[EventConsumer], interval: float) -> None:
         """Tell the feed clock each time the hub has provably read every heartbeat on the
         bus: the broker answered that nothing published before the check is left after the
-        consumer's position (and what a poll returns is handled before the consumer yields,
+        consumers' positions (and what a poll returns is handled before the consumer yields,
         so position means handled). A check the broker does not answer waits (retried)."""
         assert self._feed_clock is not None
         while True:
             checked_at = datetime.now(UTC)
-            if await clusters.subscription.lag() == 0:
+            if await self._all_read(feeds):
                 self._feed_clock.caught_up(checked_at)
                 if self._newly_silent():
                     self._context.wake.set()  # move its jobs now, not at the next pass
             await asyncio.sleep(interval)
+
+    @staticmethod
+    async def _all_read(feeds: Sequence[EventConsumer]) -> bool:
+        for feed in feeds:
+            if await feed.subscription.lag() != 0:
+                return False
+        return True
 
     def _newly_silent(self) -> bool:
         """Whether a cluster not yet lost has now been silent past `lost_after`."""
@@ -134,6 +142,8 @@ class ClusterLiveness:
             self._lost.discard(retired.name)
             context.wake.set()
             return
+        if event.type == EventType.HUB_LEADER:
+            return  # a leading hub's mark (bus/epochs.py)
         if event.type != EventType.CLUSTER_HEARTBEAT:
             raise ValueError(f"unexpected event type {event.type!r} on the clusters topic")
         snapshot = ClusterSnapshot.model_validate(event.data)

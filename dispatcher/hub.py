@@ -3,6 +3,8 @@
 `Hub` is wiring and lifecycle. The work is done in rooms of its own, which share a
 `HubContext` (dispatcher/hub_context.py):
 - `JobIntake` (intake.py): the jobs topic: submit, update, delete, suspend, resume, TTL.
+- `ReportGate` (report_gate.py): each cluster's reports topic, which its worker alone
+  writes; what it accepts goes on to the status and clusters topics, which only hubs write.
 - `StatusFollower` (status_follower.py): workers' statuses and hand-backs; the hub's own
   statuses while it rebuilds.
 - `ClusterLiveness` (cluster_liveness.py): heartbeats, lost and retired clusters, worker
@@ -23,6 +25,7 @@ from prometheus_client import CollectorRegistry
 from bus.aiotasks import TaskOwner
 from bus.base import Bus, BusPermissionError, Record
 from bus.dead_letters import DeadLetterKey, dead_lettered_by
+from bus.epochs import EpochFence
 from bus.events import EventConsumer, EventHandler
 from bus.topics import Topics
 from dispatcher import native
@@ -42,6 +45,8 @@ from dispatcher.port_rooms import with_port_rooms
 from dispatcher.redispatch import REDISPATCHED as REDISPATCHED
 from dispatcher.redispatch import Redispatcher
 from dispatcher.registry import ClusterRegistry
+from dispatcher.relay import relayed_by
+from dispatcher.report_gate import ReportGate
 from dispatcher.scheduling_pass import SchedulingPass
 from dispatcher.state_store import HubStateStore
 from dispatcher.status_follower import StatusFollower
@@ -87,6 +92,7 @@ class Hub:
         self.intake = JobIntake(self.context, self.statuses, self.outbox)
         self.follower = StatusFollower(self.context, redispatch)
         self.liveness = ClusterLiveness(self.context, self.outbox, redispatch)
+        self.gate = ReportGate(self.context, self.follower, self.liveness)
         self.scheduling = SchedulingPass(self.context, self.statuses)
         # What the rest of the house reads of the hub (metrics, the embedded runner, tests):
         # the shared parts themselves, never replaced.
@@ -129,9 +135,9 @@ class Hub:
         context = self.context
         topics = context.topics
         await context.bus.create_topics(topics.shared_specs())
-        # The hub's state is on its state topic (one record per job); the status topic is
-        # read in a group, from the predecessor's last commit, and heartbeats whole (the
-        # compacted topic holds the newest of each cluster).
+        # The hub's state is on its state topic (one record per job); the status topic and
+        # the clusters' reports are read in groups, from the predecessor's last commit, and
+        # the heartbeats it passed on whole (the compacted topic holds the newest of each).
         replayed_dead = await self._dead_lettered_before()
         status = self._consumer(
             [topics.status],
@@ -141,15 +147,27 @@ class Hub:
             already_dead=replayed_dead,
         )
         clusters = self._consumer(
-            [topics.clusters], None, self.liveness.on_event, already_dead=replayed_dead
+            [topics.clusters],
+            None,
+            self.liveness.on_event,
+            skip=self._own_relay,
+            already_dead=replayed_dead,
+            fence=EpochFence(),
+        )
+        reports = self._consumer(
+            [],
+            topics.hub_reports_group,
+            self.gate.on_event,
+            already_dead=replayed_dead,
+            prefix=topics.reports_prefix,
         )
         jobs = self._consumer(
             [topics.jobs], topics.hub_group, self.intake.on_event, commit_behind=True
         )
-        self._consumers = [status, clusters, jobs]
+        self._consumers = [status, clusters, reports, jobs]
         for consumer in self._consumers:
             await consumer.subscription.start()
-        await self._rebuild(status, clusters)
+        await self._rebuild(status, clusters, reports)
         replayed_dead.clear()  # what comes next is new
         interval = min(0.5, context.config.lost_after / 10)
         self.liveness.start_clock(interval)
@@ -157,10 +175,12 @@ class Hub:
             self._tasks.spawn(consumer.run(), "consume")
         self._tasks.spawn(self._schedule_loop(), "schedule")
         self._tasks.spawn(self.outbox.run(), "assignments")
-        self._tasks.spawn(self.liveness.follow_feed(clusters, interval), "heartbeat-feed")
+        feed = self.liveness.follow_feed([reports, clusters], interval)
+        self._tasks.spawn(feed, "heartbeat-feed")
         lag = {
             topics.status: status.subscription,
             topics.clusters: clusters.subscription,
+            f"{topics.reports_prefix}*": reports.subscription,
             topics.jobs: jobs.subscription,
         }
         self._tasks.spawn(context.metrics.lag_sampler(lag).run(), "lag")
@@ -215,11 +235,14 @@ class Hub:
             )
             return set()
 
-    async def _rebuild(self, status: EventConsumer, clusters: EventConsumer) -> None:
+    async def _rebuild(
+        self, status: EventConsumer, clusters: EventConsumer, reports: EventConsumer
+    ) -> None:
         """The heartbeats, then the state topic, then the statuses since the predecessor's
-        last commit (all of them for a hub whose deployment predates the state topic). A
-        leader marks the topics it writes with its epoch as soon as it knows the clusters,
-        before reading the rest: a former leader continued meanwhile is refused from then."""
+        last commit (all of them for a hub whose deployment predates the state topic), then
+        the clusters' reports since its last commit. A leader marks the topics it writes
+        with its epoch as soon as it knows the clusters, before reading the rest: a former
+        leader continued meanwhile is refused from then."""
         context = self.context
         ledger = context.ledger
         context.replaying = True
@@ -241,6 +264,10 @@ class Hub:
             while not status.subscription.assignment():
                 replayed += await status.poll_once(timeout=0.5)
         replayed += await status.catch_up()
+        async with asyncio.timeout(_ASSIGNMENT_WAIT):
+            while await reports.subscription.unassigned():
+                replayed += await reports.poll_once(timeout=0.5)
+        replayed += await reports.catch_up()
         context.replaying = False
         context.clusters.replayed()
         self.rebuilt_from = (len(loaded), replayed)
@@ -275,9 +302,8 @@ class Hub:
         context = self.context
         assert context.epoch is not None
         if not self._marked_status:
-            await mark_epoch(
-                context.bus, context.topics.status, context.config.source, context.epoch
-            )
+            for topic in (context.topics.status, context.topics.clusters):
+                await mark_epoch(context.bus, topic, context.config.source, context.epoch)
             self._marked_status = True
         await self.outbox.mark_epoch(sorted(set(clusters)))
 
@@ -291,6 +317,11 @@ class Hub:
         if fit.fits:
             self.context.reservations.reserve(snapshot.name, record.uid, fit.usage)
 
+    def _own_relay(self, record: Record) -> bool:
+        """A heartbeat this hub passed on, read back live (applied when it was accepted)."""
+        context = self.context
+        return not context.replaying and relayed_by(record, context.config.source.encode())
+
     def _consumer(
         self,
         topics: list[str],
@@ -300,6 +331,8 @@ class Hub:
         *,
         commit_behind: bool = False,
         already_dead: Collection[DeadLetterKey] = (),
+        fence: EpochFence | None = None,
+        prefix: str | None = None,
     ) -> EventConsumer:
         context = self.context
         return EventConsumer(
@@ -313,6 +346,8 @@ class Hub:
             skip=skip,
             commit_behind=commit_behind,
             already_dead=already_dead,
+            fence=fence,
+            prefix=prefix,
             # A hub that took over from one that died gets its partitions this soon.
             session_timeout=_GROUP_SESSION_TIMEOUT,
         )

@@ -90,6 +90,12 @@ class HubMetrics:
             "Clusters marked lost after their heartbeats stopped",
             registry=registry,
         )
+        self.forged_reports = Counter(
+            "trainhub_forged_reports",
+            "Records on a cluster's reports topic that spoke for another cluster (set aside)",
+            ["cluster"],
+            registry=registry,
+        )
         self.decisions = Counter(
             "trainhub_placements",
             "Placement decisions by outcome",

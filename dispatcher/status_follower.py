@@ -1,5 +1,6 @@
-"""The status topic as the hub reads it: workers' statuses of the jobs they run, their
-hand-backs, and (while a starting hub rebuilds) the hub's own earlier decisions."""
+"""Workers' statuses and hand-backs as the hub follows them: from the clusters' reports
+topics live (through `ReportGate`, dispatcher/report_gate.py), and from the status topic
+while a starting hub rebuilds (its own earlier decisions and the statuses it relayed)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dispatcher.expiry import COMPLETED
 from dispatcher.hub_context import HubContext
 from dispatcher.ledger import JobRecord
 from dispatcher.redispatch import REDISPATCHED, Redispatcher
+from dispatcher.relay import relayed_by
 from schemas.errors import JobInvalid
 from schemas.events import CloudEvent, EventType, JobHandedBack, JobStatusUpdate
 from schemas.job_parsing import parse_job
@@ -25,32 +27,56 @@ class StatusFollower:
         self._context = context
         self._redispatch = redispatch
         self._source_header = context.config.source.encode()
+        self._unrelayed_sources: set[str] = set()
 
     def is_own_status(self, record: Record) -> bool:
-        """This hub's own statuses, once live: already applied when they were published, so
-        reading them back (half of the status topic's traffic) is skipped undecoded."""
-        return not self._context.replaying and header_is(record, "ce_source", self._source_header)
+        """What this hub wrote on the status topic (its decisions, the statuses it relayed),
+        once live: applied already, so reading it back is skipped undecoded."""
+        return not self._context.replaying and (
+            header_is(record, "ce_source", self._source_header)
+            or relayed_by(record, self._source_header)
+        )
 
     async def on_event(self, event: CloudEvent, record: Record) -> None:
-        replaying = self._context.replaying
-        if event.type == EventType.JOB_HANDED_BACK:
-            if not replaying:
-                await self._on_handed_back(event.data_as(JobHandedBack))
-            return
+        """The status topic: only hubs write it (a worker reports on its own topic)."""
         if event.type != EventType.JOB_STATUS:
             return
         update = event.data_as(JobStatusUpdate)
         if event.source == self._context.config.source:
-            if replaying:
+            if self._context.replaying:
                 # Published by a predecessor after its last commit: its state may predate it.
                 record_of = self._replay_own(update, event.time.timestamp())
                 if record_of is not None:
                     await self._context.state.save(record_of)
             return
-        if self._apply_worker_status(update):
-            record_of = self._context.ledger.get(update.uid)
-            if record_of is not None:
-                await self._context.state.save(record_of)
+        if not self._context.replaying and not relayed_by(record, self._source_header):
+            self._unrelayed(event.source)
+            return
+        # A worker's status a hub accepted and passed on (read while rebuilding).
+        await self.follow_report(update)
+
+    def _unrelayed(self, source: str) -> None:
+        if source not in self._unrelayed_sources:
+            self._unrelayed_sources.add(source)
+            log.warning(
+                "statuses written to the status topic by %s ignored: workers report on their "
+                "cluster's reports topic, and only hubs write the status topic (is that "
+                "worker older than this hub?)",
+                source,
+            )
+
+    async def follow_report(self, update: JobStatusUpdate) -> bool:
+        """Follow a worker's status; returns whether it is one to pass on to readers: of the
+        job's current placement and attempt, and new (or read again while rebuilding, when
+        the predecessor may have died before passing it on)."""
+        context = self._context
+        job = self._current(update)
+        if job is None:
+            return False
+        if self._apply_worker_status(update, job):
+            await context.state.save(job)
+            return True
+        return context.replaying
 
     def _replay_own(self, update: JobStatusUpdate, published_at: float) -> JobRecord | None:
         """Re-apply a decision this hub (or its predecessor) published; returns the record
@@ -89,14 +115,12 @@ class StatusFollower:
         record.replay(update)
         return record
 
-    def _apply_worker_status(self, update: JobStatusUpdate) -> bool:
-        """Follow a worker's status of the current attempt; returns whether it changed the
-        job's record."""
-        context = self._context
-        job = context.ledger.get(update.uid)
+    def _current(self, update: JobStatusUpdate) -> JobRecord | None:
+        """The job's record, if the status is of its current placement and attempt."""
+        job = self._context.ledger.get(update.uid)
         if job is None:
             log.warning("status for an unknown job ignored", extra={"job": update.uid})
-            return False
+            return None
         if update.cluster != job.cluster or update.attempt != job.attempt:
             log.warning(
                 "status from a revoked placement ignored (%s attempt %s; current %s attempt %s)",
@@ -106,7 +130,13 @@ class StatusFollower:
                 job.attempt,
                 extra={"job": update.uid, "cluster": update.cluster},
             )
-            return False
+            return None
+        return job
+
+    def _apply_worker_status(self, update: JobStatusUpdate, job: JobRecord) -> bool:
+        """Follow a worker's status of the job's current attempt; returns whether it changed
+        the job's record."""
+        context = self._context
         if update.sequence <= job.sequence or job.phase.finished:
             return False
         if not context.replaying:
@@ -124,7 +154,7 @@ class StatusFollower:
             context.wake.set()
         return True
 
-    async def _on_handed_back(self, back: JobHandedBack) -> None:
+    async def on_handed_back(self, back: JobHandedBack) -> None:
         record = self._context.ledger.get(back.uid)
         if record is None or record.cluster != back.cluster or record.attempt != back.attempt:
             log.warning(

@@ -95,9 +95,25 @@ def cluster(name: str, *nodes: NodeSnapshot, **fields: Any) -> ClusterSnapshot:
 
 
 async def publish_heartbeat(bus: Bus, topics: Topics, snapshot: ClusterSnapshot) -> None:
-    """Publish `snapshot` as its cluster's heartbeat, as a worker would."""
+    """Publish `snapshot` as its cluster's heartbeat, as a worker would: on its cluster's
+    reports topic (created if need be)."""
+    await bus.create_topics([topics.reports_spec(snapshot.name)])
+    event = make_event(EventType.CLUSTER_HEARTBEAT, "test", snapshot.name, snapshot)
+    await publish_event(bus, topics.reports(snapshot.name), snapshot.name, event)
+
+
+async def publish_passed_on(bus: Bus, topics: Topics, snapshot: ClusterSnapshot) -> None:
+    """Publish `snapshot` on the clusters topic, as the hub passes a worker's heartbeat on to
+    readers (for tests of readers without a hub)."""
     event = make_event(EventType.CLUSTER_HEARTBEAT, "test", snapshot.name, snapshot)
     await publish_event(bus, topics.clusters, snapshot.name, event)
+
+
+async def publish_report(bus: Bus, topics: Topics, cluster: str, key: str, event: Any) -> None:
+    """Publish `event` on `cluster`'s reports topic, as its worker would (created if need be):
+    a status, a hand-back or a heartbeat."""
+    await bus.create_topics([topics.reports_spec(cluster)])
+    await publish_event(bus, topics.reports(cluster), key, event)
 
 
 async def until(check: Callable[[], bool], timeout: float = 10.0) -> None:

@@ -22,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from bus.base import Bus
+from bus.epochs import EpochFence
 from bus.topics import Topics
 from schemas.cluster import ClusterSnapshot
 from schemas.codec import decode_event
@@ -259,10 +260,13 @@ async def follow_heartbeats(
     """Every heartbeat on the clusters topic, from its start, until cancelled; and every
     cluster's retirement, to `on_retired`."""
     subscription = bus.subscribe([topics.clusters], group=None, start_from="earliest")
+    fence = EpochFence()  # heartbeats as the leading hub passed them on (bus/epochs.py)
     await subscription.start()
     try:
         while True:
             for record in await subscription.poll(timeout=0.5):
+                if not fence.admits(record):
+                    continue
                 try:
                     event = decode_event(record.headers, record.value)
                     if event.type == EventType.CLUSTER_RETIRED and on_retired is not None:

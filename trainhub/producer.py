@@ -218,7 +218,8 @@ async def read_clusters(
     comes back unhealthy, with the reason, as the hub sees it."""
     clusters: dict[str, ClusterSnapshot] = {}
     instances = InstanceWatch(window)
-    async for event in events_to_end(bus, topics.clusters):
+    # Heartbeats as the leading hub passed them on (bus/epochs.py).
+    async for event in events_to_end(bus, topics.clusters, fence=EpochFence()):
         if event.type == EventType.CLUSTER_RETIRED:
             clusters.pop(event.data_as(ClusterRetired).name, None)
             continue

@@ -200,7 +200,7 @@ class CapacityReports:
         config = self._config
         await publish_payload(
             self._bus,
-            self._topics.clusters,
+            self._topics.reports(config.cluster),
             config.cluster,
             EventType.CLUSTER_HEARTBEAT,
             config.source,

@@ -58,7 +58,7 @@ class JobStatuses:
         )
         await publish_payload(
             self._bus,
-            self._topics.status,
+            self._topics.reports(self._config.cluster),
             job.uid,
             EventType.JOB_STATUS,
             self._config.source,

@@ -155,10 +155,15 @@ class Worker:
 
     async def start(self) -> None:
         await self.backend.start()
-        # Under ACLs a worker may create only its assignments topic: one started before the
-        # hub waits for the shared ones rather than failing its first heartbeat.
+        # Under ACLs a worker may create only its own topics (assignments, reports): one
+        # started before the hub waits for the shared ones rather than failing its first
+        # heartbeat.
         await self.bus.create_topics(
-            [*self.topics.shared_specs(), self.topics.assignment_spec(self.cluster)],
+            [
+                *self.topics.shared_specs(),
+                self.topics.assignment_spec(self.cluster),
+                self.topics.reports_spec(self.cluster),
+            ],
             wait=_TOPICS_WAIT,
         )
         self._consumer = EventConsumer(
@@ -414,7 +419,7 @@ class Worker:
             back = JobHandedBack(uid=uid, cluster=self.cluster, attempt=run.attempt, reason=reason)
             await publish_payload(
                 self.bus,
-                self.topics.status,
+                self.topics.reports(self.cluster),
                 uid,
                 EventType.JOB_HANDED_BACK,
                 self.config.source,

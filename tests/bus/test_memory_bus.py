@@ -110,3 +110,22 @@ async def test_seek_to_time() -> None:
     await sub.start()
     await sub.seek_to_time(cut)
     assert [r.value for r in await sub.poll(timeout=0.1)] == [b"after"]
+
+
+@pytest.mark.parametrize("group", ["g", None])
+async def test_a_prefix_subscription_follows_topics_created_later(group: str | None) -> None:
+    bus = MemoryBus()
+    await bus.start()
+    await bus.create_topics([TopicSpec("r.east", partitions=1), TopicSpec("other", 1)])
+    await bus.publish("r.east", b"e1")
+    sub = bus.subscribe([], group=group, prefix="r.")
+    await sub.start()
+    assert await sub.unassigned() == 0
+    assert [r.value for r in await sub.poll(timeout=0.1)] == [b"e1"]
+    await bus.publish("other", b"never")
+    await bus.create_topics([TopicSpec("r.west", partitions=2)])
+    await bus.publish("r.west", b"w1", key=b"k")
+    assert await sub.unassigned() == 0
+    assert [r.value for r in await sub.poll(timeout=0.1)] == [b"w1"]
+    assert {tp.topic for tp in sub.assignment()} == {"r.east", "r.west"}
+    await sub.stop()

@@ -9,14 +9,13 @@ from datetime import UTC, datetime, timedelta
 
 from prometheus_client import CollectorRegistry
 
-from bus.events import publish_event
 from bus.memory import MemoryBus
 from bus.topics import Topics
 from dispatcher.heartbeat_feed import HeartbeatFeedClock
 from dispatcher.hub import Hub, HubConfig
 from schemas.events import EventType, make_event
 from schemas.status import JobPhase
-from tests.helpers import cluster, jax_job, node, publish_heartbeat, until
+from tests.helpers import cluster, jax_job, node, publish_heartbeat, publish_report, until
 from trainhub.producer import submit_document
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -49,7 +48,7 @@ async def test_an_outage_of_the_bus_loses_no_cluster_but_later_silence_does() ->
     registry = CollectorRegistry()
     hub = Hub(bus, topics, HubConfig(schedule_interval=0.05, lost_after=2.0), registry=registry)
     await hub.start()
-    feed = hub._consumers[1].subscription  # status, clusters, jobs
+    feed = hub._consumers[2].subscription  # status, clusters, reports, jobs
     reachable = asyncio.Event()
     reachable.set()
     real_lag = feed.lag
@@ -66,7 +65,7 @@ async def test_an_outage_of_the_bus_loses_no_cluster_but_later_silence_does() ->
     async def heartbeat(name: str) -> None:
         snapshot = cluster(name, node("n1", cpu="8", memory="16Gi"))
         event = make_event(EventType.CLUSTER_HEARTBEAT, f"worker/{name}", name, snapshot)
-        await publish_event(bus, topics.clusters, name, event)
+        await publish_report(bus, topics, name, name, event)
 
     try:
         await heartbeat("east")

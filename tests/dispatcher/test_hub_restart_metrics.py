@@ -13,13 +13,12 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from bus.events import publish_event
 from bus.memory import MemoryBus
 from bus.topics import Topics
 from dispatcher.hub import Hub, HubConfig
 from schemas.events import EventType, JobHandedBack, make_event
 from schemas.status import JobPhase
-from tests.helpers import cluster, jax_job, node, publish_heartbeat, until
+from tests.helpers import cluster, jax_job, node, publish_heartbeat, publish_report, until
 from trainhub.producer import submit_document
 
 
@@ -152,7 +151,7 @@ async def test_a_restarted_hub_keeps_a_job_off_the_cluster_that_handed_it_back()
     await until(lambda: (r := first.ledger.get(uid)) is not None and r.cluster == "east")
     back = JobHandedBack(uid=uid, cluster="east", attempt=1, reason="pods unschedulable for 60s")
     event = make_event(EventType.JOB_HANDED_BACK, "trainhub/worker/east", uid, back)
-    await publish_event(bus, topics.status, uid, event)
+    await publish_report(bus, topics, "east", uid, event)
     await until(lambda: (r := first.ledger.get(uid)) is not None and r.phase == JobPhase.QUEUED)
     window_ends = time.monotonic() + 2.0  # at the latest: counted from the re-dispatch
     await first.stop()

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import time
 
-from bus.events import publish_payload
 from bus.memory import MemoryBus
 from bus.topics import Topics
 from dispatcher.hub import Hub, HubConfig
 from dispatcher.ledger import JobRecord
 from dispatcher.state_store import HubStateStore, decode_state, encode_state
-from schemas.events import ClusterScore, EventType, JobStatusUpdate, PlacementDecision
+from schemas.events import ClusterScore, EventType, JobStatusUpdate, PlacementDecision, make_event
 from schemas.job_parsing import parse_job
 from schemas.status import JobPhase, JobStatus
-from tests.helpers import cluster, jax_job, node, publish_heartbeat, until
+from tests.helpers import cluster, jax_job, node, publish_heartbeat, publish_report, until
 from trainhub.producer import submit_document
 
 
@@ -101,7 +100,9 @@ async def test_a_restarted_hub_reads_its_state_and_only_the_statuses_since_the_l
             reason="JAXJobSucceeded",
             message="done",
         )
-        await publish_payload(bus, topics.status, uid, EventType.JOB_STATUS, "worker", done)
+        await publish_report(
+            bus, topics, "east", uid, make_event(EventType.JOB_STATUS, "worker", uid, done)
+        )
     await until(lambda: len(first.ledger.in_phase(JobPhase.SUCCEEDED)) == 4)
     await until(lambda: bus.committed(topics.hub_status_group) != {})
     await first.stop()

@@ -23,7 +23,15 @@ from schemas.job_parsing import parse_job
 from schemas.kubeflow import AnyJob
 from schemas.run_policy import TRAINHUB_MANAGER
 from schemas.status import JobPhase, JobStatus
-from tests.helpers import cluster, jax_job, node, publish_heartbeat, until, with_host_port
+from tests.helpers import (
+    cluster,
+    jax_job,
+    node,
+    publish_heartbeat,
+    publish_report,
+    until,
+    with_host_port,
+)
 from trainhub.producer import submit_document
 
 
@@ -125,12 +133,12 @@ async def test_running_before_the_heartbeat_does_not_free_the_capacity_twice() -
     async def heartbeat(requested: dict[str, str] | None, jobs: list[str]) -> None:
         snapshot = cluster("east", node("n1", requested, cpu="4", memory="8Gi"), jobs=jobs)
         event = make_event(EventType.CLUSTER_HEARTBEAT, "worker/east", "east", snapshot)
-        await publish_event(bus, topics.clusters, "east", event)
+        await publish_report(bus, topics, "east", "east", event)
 
     async def worker_says(uid: str, phase: JobPhase, sequence: int) -> None:
         update = JobStatusUpdate(uid=uid, phase=phase, cluster="east", attempt=1, sequence=sequence)
         event = make_event(EventType.JOB_STATUS, "worker/east", uid, update)
-        await publish_event(bus, topics.status, uid, event)
+        await publish_report(bus, topics, "east", uid, event)
 
     try:
         await heartbeat(None, [])
@@ -212,8 +220,8 @@ async def test_a_restarted_hub_keeps_the_reservation_of_a_job_no_heartbeat_count
     running = JobStatusUpdate(
         uid=uid, phase=JobPhase.RUNNING, cluster="east", attempt=1, sequence=1
     )
-    await publish_event(
-        bus, topics.status, uid, make_event(EventType.JOB_STATUS, "worker/east", uid, running)
+    await publish_report(
+        bus, topics, "east", uid, make_event(EventType.JOB_STATUS, "worker/east", uid, running)
     )
     await until(lambda: first.ledger.count(JobPhase.RUNNING) == 1)
     await first.stop()
@@ -244,7 +252,7 @@ async def test_a_finished_job_is_kept_as_a_summary_and_still_refuses_resubmissio
     async def worker_says(uid: str, phase: JobPhase, sequence: int) -> None:
         update = JobStatusUpdate(uid=uid, phase=phase, cluster="east", attempt=1, sequence=sequence)
         event = make_event(EventType.JOB_STATUS, "worker/east", uid, update)
-        await publish_event(bus, topics.status, uid, event)
+        await publish_report(bus, topics, "east", uid, event)
 
     async with _hub_beside_roomy_east("compact") as (bus, topics, hub):
         done = await submit_document(bus, topics, jax_job("done"))
@@ -452,7 +460,7 @@ async def test_a_restarted_hub_deletes_a_job_whose_ttl_ran_out_by_its_completion
             status=JobStatus(completionTime=completed),
         )
         event = make_event(EventType.JOB_STATUS, "worker/east", uid, done)
-        await publish_event(bus, topics.status, uid, event)
+        await publish_report(bus, topics, "east", uid, event)
         await until(lambda: first.ledger.count(JobPhase.SUCCEEDED) == 1)
     finally:
         await first.stop()

@@ -6,15 +6,14 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime, timedelta
 
-from bus.events import publish_payload
 from bus.memory import MemoryBus
 from bus.topics import Topics
 from dispatcher.hub import Hub, HubConfig
 from dispatcher.ledger import JobRecord, Ledger
-from schemas.events import EventType, JobStatusUpdate
+from schemas.events import EventType, JobStatusUpdate, make_event
 from schemas.job_parsing import parse_job
 from schemas.status import JobPhase, JobStatus
-from tests.helpers import cluster, jax_job, node, publish_heartbeat, until
+from tests.helpers import cluster, jax_job, node, publish_heartbeat, publish_report, until
 from trainhub.producer import submit_document
 
 
@@ -89,7 +88,9 @@ async def test_the_hub_forgets_a_finished_job_and_takes_its_name_again_as_new() 
             reason="JAXJobSucceeded",
             message="done",
         )
-        await publish_payload(bus, topics.status, uid, EventType.JOB_STATUS, "worker", done)
+        await publish_report(
+            bus, topics, "east", uid, make_event(EventType.JOB_STATUS, "worker", uid, done)
+        )
         await until(lambda: hub.ledger.get(uid) is None, timeout=5)
         # Its name is free: the same document is a new job, not a refused duplicate.
         again = await submit_document(bus, topics, jax_job("short", workers=1))

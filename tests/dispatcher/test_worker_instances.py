@@ -14,9 +14,10 @@ from bus.topics import Topics
 from dispatcher.hub import Hub, HubConfig
 from dispatcher.registry import ClusterRegistry
 from dispatcher.worker_instances import InstanceWatch
+from schemas.cluster import ClusterSnapshot
 from schemas.events import JobStatusUpdate
 from schemas.status import JobPhase
-from tests.helpers import cluster, jax_job, node, publish_heartbeat, until
+from tests.helpers import cluster, jax_job, node, publish_heartbeat, publish_passed_on, until
 from trainhub.cli_jobs import cluster_row
 from trainhub.producer import read_clusters, submit_document
 
@@ -109,20 +110,21 @@ async def test_the_hub_places_nothing_on_a_name_two_workers_report() -> None:
 
 
 async def test_clusters_as_read_by_users_show_the_conflict_too() -> None:
-    # `trainhub get clusters` and the SDK read the heartbeats themselves, not the hub.
+    # `trainhub get clusters` and the SDK read the heartbeats the hub passed on themselves,
+    # not the hub's view of them.
     bus = MemoryBus()
     await bus.start()
     topics = Topics(prefix="twins-read")
     await bus.create_topics(topics.shared_specs())
     free = node("n1", cpu="8", memory="32Gi", pods="110")
+
+    async def passed_on(snapshot: ClusterSnapshot) -> None:
+        await publish_passed_on(bus, topics, snapshot)
+
     for second, instance in [(0, "a"), (1, "b"), (2, "a")]:
-        await publish_heartbeat(
-            bus, topics, cluster("east", free, instance=instance, observedAt=_at(second))
-        )
+        await passed_on(cluster("east", free, instance=instance, observedAt=_at(second)))
     for second, instance in [(0, "c"), (5, "d"), (10, "d")]:  # west: a restart
-        await publish_heartbeat(
-            bus, topics, cluster("west", free, instance=instance, observedAt=_at(second))
-        )
+        await passed_on(cluster("west", free, instance=instance, observedAt=_at(second)))
     clusters = await read_clusters(bus, topics, window=30)
     assert not clusters["east"].healthy
     assert "instances a and b" in (clusters["east"].unhealthyReason or "")

@@ -15,8 +15,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry
 
 from bus.base import Subscription, TopicPartition
+from bus.dead_letters import dead_letter_reason
+from bus.events import events_to_end, publish_event
 from bus.kafka import KafkaAuthorizationError, KafkaBus
 from bus.kafka_acls import (
     ROLES,
@@ -30,14 +33,16 @@ from bus.kafka_acls import (
     trainhub_acls,
 )
 from bus.kafka_settings import KafkaSettings
+from bus.reading import records_to_end
 from bus.topics import Topics
 from dispatcher.hub import Hub, HubConfig
+from schemas.events import EventType, JobStatusUpdate, make_event
 from schemas.status import JobPhase
-from tests.helpers import cluster, jax_job, node, publish_heartbeat, until
+from tests.helpers import cluster, jax_job, node, publish_heartbeat, publish_report, until
 from tests.kafka.processes import Process
 from tests.kafka.status_topic import stop_all
 from tests.kafka.topic_checks import topics_exist
-from trainhub.producer import submit_document
+from trainhub.producer import latest_status, read_clusters, submit_document
 from trainhub_sandbox.kafka_broker import KafkaBroker, start_kafka, stop_kafka
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -49,6 +54,9 @@ USERS: dict[Role, str] = {
     "worker": "trainhub-worker",
     "producer": "trainhub-producer",
 }
+OTHER = "other"
+OTHER_WORKER = "trainhub-worker-other"
+"""The worker user of another cluster: what it can make anyone believe about `CLUSTER`."""
 EARLIER_HUB = "trainhub-hub-earlier"
 """A hub user granted what the hub needed before it read the dead-letter topic at start."""
 
@@ -80,6 +88,11 @@ def test_each_role_gets_only_its_own_topics_and_groups() -> None:
     assert ("GROUP", "secure-worker-east", "LITERAL", "READ") in worker
     assert not any("west" in name or name == "secure.jobs" for _, name, _, _ in worker)
     assert not any(op in ("READ", "CREATE") for _, n, _, op in worker if n == "secure.status")
+    # One writer of the truth: a worker writes its own reports topic, never the shared ones.
+    assert ("TOPIC", "secure.reports.east", "LITERAL", "WRITE") in worker
+    assert not any(n in ("secure.status", "secure.clusters") for _, n, _, _ in worker)
+    assert ("TOPIC", "secure.reports.", "PREFIXED", "READ") in grants("hub", [])
+    assert ("TOPIC", "secure.clusters", "LITERAL", "WRITE") in grants("hub", [])
     hub = grants("hub", [])
     assert ("TOPIC", "secure.assignments.", "PREFIXED", "WRITE") in hub
     assert ("GROUP", "secure-hub", "LITERAL", "READ") in hub
@@ -140,7 +153,8 @@ class SecuredKafka:
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredKafka]:
     if shutil.which("java") is None:
         pytest.skip("the ACL broker is the sandbox broker (Java 17+ on PATH)")
-    passwords = {user: secrets.token_hex(12) for user in (ADMIN, EARLIER_HUB, *USERS.values())}
+    users = (ADMIN, EARLIER_HUB, OTHER_WORKER, *USERS.values())
+    passwords = {user: secrets.token_hex(12) for user in users}
     broker = start_kafka(
         tmp_path_factory.mktemp("kafka-acl"), scram_users=passwords, authorizer=True
     )
@@ -153,6 +167,8 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredKafka]:
             if not (rule.name == TOPICS.dead_letters and rule.operation == Operation.READ)
         ]
         asyncio.run(create_acls(kafka.settings(ADMIN), earlier))
+        other = [(f"User:{OTHER_WORKER}", rule) for rule in role_acls("worker", TOPICS, [OTHER])]
+        asyncio.run(create_acls(kafka.settings(ADMIN), other))
         yield kafka
     finally:
         stop_kafka(broker)
@@ -317,3 +333,104 @@ async def _trainhub(*args: str, timeout: float = 120) -> Finished:
             await process.wait()
     assert process.returncode is not None
     return Finished(process.returncode, stdout.decode(), stderr.decode())
+
+
+@pytest.mark.kafka
+async def test_a_workers_credentials_cannot_make_anyone_believe_anything_of_another_cluster(
+    secured: SecuredKafka, admin_bus: KafkaBus
+) -> None:
+    """Issue 27 item 4: `worker-other` forges a Failed status of a job running on `solo` and
+    a heartbeat named `solo`; neither the hub nor any reader believes either."""
+    await admin_bus.create_topics(TOPICS.shared_specs())
+    solo = KafkaBus(secured.settings(USERS["worker"]))
+    other = KafkaBus(secured.settings(OTHER_WORKER))
+    producer = KafkaBus(secured.settings(USERS["producer"]))
+    hub_bus = KafkaBus(secured.settings(USERS["hub"]))
+    for bus in (solo, other, producer, hub_bus):
+        await bus.start()
+    registry = CollectorRegistry()
+    hub = Hub(hub_bus, TOPICS, HubConfig(schedule_interval=0.1), registry=registry)
+    try:
+        await hub.start()
+        # The honest worker of solo reports on its own topic, which it creates.
+        solo_snapshot = cluster(CLUSTER, node("n1", cpu="8", memory="16Gi"))
+        await publish_heartbeat(solo, TOPICS, solo_snapshot)
+        uid = await submit_document(producer, TOPICS, jax_job("honest", workers=1))
+        await until(
+            lambda: (r := hub.ledger.get(uid)) is not None and r.phase == JobPhase.ASSIGNED,
+            timeout=30,
+        )
+        record = hub.ledger.get(uid)
+        assert record is not None and record.cluster == CLUSTER
+        running = JobStatusUpdate(
+            uid=uid, phase=JobPhase.RUNNING, cluster=CLUSTER, attempt=record.attempt, sequence=1
+        )
+        await publish_report(
+            solo, TOPICS, CLUSTER, uid, make_event(EventType.JOB_STATUS, "worker", uid, running)
+        )
+        await until(lambda: record.phase == JobPhase.RUNNING, timeout=30)
+
+        # The other cluster's worker may not write the shared topics nor solo's reports.
+        forged = JobStatusUpdate(
+            uid=uid,
+            phase=JobPhase.FAILED,
+            cluster=CLUSTER,
+            attempt=record.attempt,
+            sequence=99,
+            reason="Forged",
+        )
+        event = make_event(EventType.JOB_STATUS, f"trainhub/worker/{CLUSTER}", uid, forged)
+        for topic in (TOPICS.status, TOPICS.clusters, TOPICS.reports(CLUSTER)):
+            with pytest.raises(KafkaAuthorizationError, match=f"User:{OTHER_WORKER}"):
+                await publish_event(other, topic, uid, event)
+        # On its own reports topic: a status and a heartbeat that speak for solo, and a
+        # status of solo's job in its own name.
+        await publish_report(other, TOPICS, OTHER, uid, event)
+        empty = cluster(CLUSTER, node("n1", cpu="1", memory="1Gi"), jobs=[])
+        await publish_report(
+            other,
+            TOPICS,
+            OTHER,
+            CLUSTER,
+            make_event(EventType.CLUSTER_HEARTBEAT, "worker", CLUSTER, empty),
+        )
+        mine = forged.model_copy(update={"cluster": OTHER})
+        await publish_report(
+            other, TOPICS, OTHER, uid, make_event(EventType.JOB_STATUS, "worker", uid, mine)
+        )
+
+        def forged_count() -> float:
+            value = registry.get_sample_value("trainhub_forged_reports_total", {"cluster": OTHER})
+            return value or 0.0
+
+        # Found within seconds (a prefix subscription), and both forgeries set aside.
+        await until(lambda: forged_count() == 2, timeout=30)
+        dead = [
+            r
+            async for r in records_to_end(admin_bus, TOPICS.dead_letters)
+            if r.key is not None and r.key.decode() in (uid, CLUSTER)
+        ]
+        reasons = [dead_letter_reason(r) or "" for r in dead]
+        assert sum("forged report" in reason for reason in reasons) == 2, reasons
+        await hub_bus.flush()
+        assert record.phase == JobPhase.RUNNING and record.cluster == CLUSTER
+        registered = hub.clusters.get(CLUSTER)
+        assert registered is not None and registered.nodes[0].allocatable["cpu"] == 8
+
+        # What readers (the producer's user) see is what the hub accepted, nothing else.
+        latest = await latest_status(producer, TOPICS, {uid})
+        assert latest is not None and latest[0].phase == JobPhase.RUNNING
+        statuses = [
+            e.data_as(JobStatusUpdate)
+            async for e in events_to_end(producer, TOPICS.status, keys={uid})
+            if e.type == EventType.JOB_STATUS
+        ]
+        assert not [u for u in statuses if u.reason == "Forged"], statuses
+        assert [u.phase for u in statuses if u.cluster == CLUSTER][-1] == JobPhase.RUNNING
+        seen = await read_clusters(producer, TOPICS)
+        assert seen[CLUSTER].nodes[0].allocatable["cpu"] == 8
+        assert OTHER not in seen  # it never sent a heartbeat of its own
+    finally:
+        await hub.stop()
+        for bus in (solo, other, producer, hub_bus):
+            await bus.close()

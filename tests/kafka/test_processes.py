@@ -236,6 +236,8 @@ async def test_retire_cluster_command(
     kafka_settings: KafkaSettings, topics: Topics, tmp_path: Path
 ) -> None:
     common = _common(kafka_settings, topics)
+    # Readers see the heartbeats the hub passed on (only hubs write the clusters topic).
+    hub = Process("hub", ["hub", *common], tmp_path)
     ghost = sim_worker("ghost", common, tmp_path, heartbeat_interval=0.5)
     steady = sim_worker("steady", common, tmp_path, heartbeat_interval=0.5)
 
@@ -249,7 +251,7 @@ async def test_retire_cluster_command(
     try:
         deadline = time.monotonic() + 60
         while await listed() != {"ghost", "steady"}:
-            assert time.monotonic() < deadline, ghost.log()
+            assert time.monotonic() < deadline, ghost.log()[-2000:] + hub.log()[-2000:]
             await asyncio.sleep(0.5)
         alive = await cli("retire-cluster", "ghost", *common, "--max-heartbeat-age", "3")
         assert alive.returncode == 1 and "stop its worker first" in alive.stderr, alive.stderr
@@ -264,3 +266,4 @@ async def test_retire_cluster_command(
     finally:
         ghost.terminate()
         assert steady.terminate() in (0, -15), steady.log()[-2000:]
+        assert hub.terminate() in (0, -15), hub.log()[-2000:]

@@ -42,7 +42,7 @@ async def system(east: MemberCluster) -> AsyncIterator[tuple[MemoryBus, Topics, 
 
 
 def _phases(bus: MemoryBus, topics: Topics, uid: str) -> list[JobPhase]:
-    events = [decode_event(r.headers, r.value) for r in bus.records(topics.status)]
+    events = [decode_event(r.headers, r.value) for r in bus.records(topics.reports("east"))]
     updates = [e.data_as(JobStatusUpdate) for e in events if e.type == EventType.JOB_STATUS]
     return [u.phase for u in updates if u.uid == uid]
 

@@ -72,7 +72,9 @@ class _System:
         return uid
 
     def updates(self, uid: str) -> list[JobStatusUpdate]:
-        events = [decode_event(r.headers, r.value) for r in self.bus.records(self.topics.status)]
+        events = [
+            decode_event(r.headers, r.value) for r in self.bus.records(self.topics.reports("east"))
+        ]
         found = [e.data_as(JobStatusUpdate) for e in events if e.type == EventType.JOB_STATUS]
         return [u for u in found if u.uid == uid]
 

@@ -24,7 +24,7 @@ from bus.memory import MemoryBus
 from bus.topics import Topics
 from schemas.events import ClusterRetired, EventType, JobStatusUpdate, make_event
 from schemas.status import JobPhase
-from tests.helpers import cluster, jax_job, node, publish_heartbeat
+from tests.helpers import cluster, jax_job, node, publish_passed_on
 from trainhub.cli_live import LiveState, follow_heartbeats, render_live
 from trainhub.embedded import Embedded, EmbeddedOptions
 from trainhub.producer import read_clusters
@@ -286,7 +286,7 @@ async def test_the_live_view_drops_a_retired_cluster() -> None:
     await bus.create_topics(topics.shared_specs())
     state = LiveState()
     for name in ("east", "gone"):
-        await publish_heartbeat(bus, topics, cluster(name, node("n1", cpu="4", memory="8Gi")))
+        await publish_passed_on(bus, topics, cluster(name, node("n1", cpu="4", memory="8Gi")))
     retired = ClusterRetired(name="gone")
     await publish_event(
         bus, topics.clusters, "gone", make_event(EventType.CLUSTER_RETIRED, "cli", "gone", retired)

@@ -6,10 +6,9 @@ import asyncio
 
 from prometheus_client import CollectorRegistry
 
-from bus.events import publish_event
 from schemas.events import EventType, JobHandedBack, JobStatusUpdate, make_event
 from schemas.status import JobPhase
-from tests.helpers import jax_job
+from tests.helpers import jax_job, publish_report
 from trainhub.embedded import Embedded, EmbeddedOptions, make_backend
 from workers.cluster_spec import parse_cluster_spec
 from workers.worker import Worker, WorkerConfig
@@ -57,7 +56,7 @@ async def test_lost_cluster_jobs_are_redispatched_and_old_status_ignored() -> No
             uid=uid, phase=JobPhase.FAILED, cluster=first, attempt=1, sequence=99
         )
         event = make_event(EventType.JOB_STATUS, f"trainhub/worker/{first}", uid, stale)
-        await publish_event(system.bus, system.topics.status, uid, event)
+        await publish_report(system.bus, system.topics, first, uid, event)
         await asyncio.sleep(0.3)
         record = system.hub.ledger.get(uid)
         assert record is not None and record.phase == JobPhase.SUCCEEDED
@@ -70,7 +69,7 @@ async def test_handed_back_job_is_placed_on_another_cluster() -> None:
         first = await _placed_on(system, uid)
         back = JobHandedBack(uid=uid, cluster=first, attempt=1, reason="pods unschedulable for 60s")
         event = make_event(EventType.JOB_HANDED_BACK, f"trainhub/worker/{first}", uid, back)
-        await publish_event(system.bus, system.topics.status, uid, event)
+        await publish_report(system.bus, system.topics, first, uid, event)
         second = None
         for _ in range(200):
             record = system.hub.ledger.get(uid)

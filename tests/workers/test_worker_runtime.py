@@ -66,7 +66,7 @@ class Harness:
 
     def updates(self, uid: str) -> list[JobStatusUpdate]:
         found = []
-        for record in self.bus.records(self.topics.status):
+        for record in self.bus.records(self.topics.reports(CLUSTER)):
             event = decode_event(record.headers, record.value)
             if event.type == EventType.JOB_STATUS:
                 update = event.data_as(JobStatusUpdate)
@@ -80,8 +80,12 @@ class Harness:
     def heartbeats(self) -> list[ClusterSnapshot]:
         """The worker's heartbeats so far, oldest first."""
         return [
-            ClusterSnapshot.model_validate(decode_event(r.headers, r.value).data)
-            for r in self.bus.records(self.topics.clusters)
+            ClusterSnapshot.model_validate(event.data)
+            for event in (
+                decode_event(r.headers, r.value)
+                for r in self.bus.records(self.topics.reports(CLUSTER))
+            )
+            if event.type == EventType.CLUSTER_HEARTBEAT
         ]
 
     async def until(self, check: Callable[[], bool], timeout: float = 10.0) -> None:
