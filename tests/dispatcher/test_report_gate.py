@@ -74,7 +74,6 @@ async def test_reports_for_another_cluster_are_refused_and_only_accepted_ones_pa
         await until(lambda: forged() == 3)
         reasons = [dead_letter_reason(r) or "" for r in bus.records(topics.dead_letters)]
         assert sum("forged report" in r and "gate.reports.west" in r for r in reasons) == 3
-        await until(lambda: hub.context.bus.records(topics.reports("west"))[-1] is not None)
         assert record.phase == JobPhase.RUNNING and record.cluster == "east"
         east = hub.clusters.get("east")
         assert east is not None and east.nodes[0].allocatable["cpu"] == 8
