@@ -249,7 +249,7 @@ class TrainingClient(TrainingFollowing):
         """The job as its kind's model (`.metadata`, `.spec`, `.status`, `to_dict()`)."""
         namespace = namespace or self.namespace
         kind = check_kind(job_kind or self.job_kind)
-        return job_object(self._find(name, namespace, kind, timeout))
+        return job_object(self._find(name, namespace, kind, timeout), kind)
 
     def list_jobs(
         self,
@@ -262,7 +262,7 @@ class TrainingClient(TrainingFollowing):
         kind = check_kind(job_kind or self.job_kind)
         subject = f"list {kind}s in namespace: {namespace}"
         jobs = self._run(lambda: self.hub.aio.list_jobs(namespace), timeout, subject)
-        return [job_object(j) for j in jobs if j.kind == kind]
+        return [job_object(j, kind) for j in jobs if j.kind == kind]
 
     def get_job_conditions(
         self,

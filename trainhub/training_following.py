@@ -133,7 +133,7 @@ class TrainingFollowing:
         key = f"{namespace}/{name}"
 
         def seen(job: TrainHubJob) -> None:
-            current = job_object(job)
+            current = job_object(job, kind)
             conditions = current.status.conditions or []
             if conditions:
                 last = conditions[-1]
@@ -154,11 +154,11 @@ class TrainingFollowing:
             ) from exc
         except JobFailedError as exc:
             phase = exc.job.phase.value if exc.job.phase else "gone"
-            conditions = job_object(exc.job).status.conditions
+            conditions = job_object(exc.job, kind).status.conditions
             raise RuntimeError(f"{kind} {key} is {phase}. {kind} conditions: {conditions}") from exc
         except (TrainHubError, BusError) as exc:
             raise RuntimeError(f"Failed to get {kind}: {key}: {exc}") from exc
-        return job_object(final)
+        return job_object(final, kind)
 
     # -- pods -----------------------------------------------------------------------------
 

@@ -221,13 +221,14 @@ def merge_patch(target: Any, patch: Any) -> Any:
 # -- what the client returns -----------------------------------------------------------------
 
 
-def job_object(job: TrainHubJob) -> Any:
+def job_object(job: TrainHubJob, job_kind: str) -> Any:
     """The job as its kind's model: the document as submitted (or last updated), with
     `metadata.uid` trainhub's uid, `metadata.creation_timestamp` and the status the status topic
-    holds. A job the hub rejected has a `Failed` condition, as `is_job_failed` says."""
+    holds. A job the hub rejected has a `Failed` condition, as `is_job_failed` says.
+    `job_kind`: the kind of a job whose document the status topic no longer holds."""
     document: dict[str, Any] = copy.deepcopy(job.spec) if job.spec else {}
     document.setdefault("apiVersion", API_VERSION)
-    document.setdefault("kind", job.kind)
+    document.setdefault("kind", job.kind or job_kind)
     metadata = document.setdefault("metadata", {})
     metadata.setdefault("name", job.name)
     metadata.setdefault("namespace", job.namespace)
