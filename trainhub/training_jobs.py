@@ -277,7 +277,8 @@ def job_events(job: TrainHubJob, job_kind: str) -> dict[str, list[str]]:
         if event.cluster:
             what.append(f"on {event.cluster}")
         text = " ".join(what)
-        detail = ": ".join(x for x in (event.reason, event.message) if x)
+        reason = event.reason if event.reason != event.phase.value else None
+        detail = ": ".join(x for x in (reason, event.message) if x)
         stamp = event.time.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
         lines.append(f"{stamp} {text}" + (f" ({detail})" if detail else ""))
     return {f"{job_kind.lower()}/{job.name}": lines} if lines else {}
