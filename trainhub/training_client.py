@@ -16,6 +16,7 @@ from typing import Any
 
 from trainhub.sdk import TrainHubClient
 from trainhub.settings import TrainhubSettings
+from trainhub.training_documents import to_document
 from trainhub.training_following import TrainingFollowing
 from trainhub.training_jobs import (
     DEFAULT_PIP_INDEX_URL,
@@ -29,7 +30,7 @@ from trainhub.training_jobs import (
     merge_patch,
 )
 from trainhub.training_models import *  # noqa: F403 - upstream's names, as kubeflow.training's
-from trainhub.training_models import JOB_MODELS, to_document
+from trainhub.training_models import JOB_MODELS
 
 log = logging.getLogger(__name__)
 

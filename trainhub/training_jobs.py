@@ -13,14 +13,13 @@ from schemas.status import ConditionType, JobPhase
 from trainhub.sdk_functions import container_resources, function_command
 from trainhub.sdk_pods import JobPod
 from trainhub.sdk_view import TrainHubJob
+from trainhub.training_documents import from_document, to_document
 from trainhub.training_models import (
     JOB_MODELS,
     KubeflowOrgV1JobCondition,
     V1EnvVar,
     V1ObjectMeta,
     V1Pod,
-    from_document,
-    to_document,
 )
 
 DEFAULT_TIMEOUT = 120

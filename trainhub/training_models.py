@@ -1,20 +1,14 @@
 """Job objects shaped as kubeflow-training 1.9's models, for `TrainingClient`: the same class
 names, attribute names (snake_case), positional order, `to_dict()` (snake_case keys) and
 equality, with the kubernetes models a training script builds jobs from. No kubeflow or
-kubernetes package is needed; their own model objects are accepted wherever these are.
-
-`from_document` reads a Kubeflow document (camelCase, as the status topic holds it) into these
-objects, timestamps as datetimes; `to_document` writes one back, as upstream's
-`ApiClient.sanitize_for_serialization` does (None left out, keys as the apiserver spells them).
-Keys these classes do not declare are kept, so a document read and written again is the same.
-"""
+kubernetes package is needed; their own model objects are accepted wherever these are
+(trainhub.training_documents reads and writes documents as these objects)."""
 
 from __future__ import annotations
 
 import pprint
 import re
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any, ClassVar
 
 __all__ = [
@@ -54,7 +48,7 @@ __all__ = [
 `from kubeflow.training import *` does)."""
 
 
-def _names(text: str) -> tuple[str, ...]:
+def names(text: str) -> tuple[str, ...]:
     return tuple(text.split())
 
 
@@ -73,20 +67,7 @@ _SPECIAL = {
     "_except": "except",
 }
 _SPECIAL_BACK = {key: attribute for attribute, key in _SPECIAL.items()}
-_MAPS = frozenset(
-    _names(
-        "labels annotations node_selector limits requests min_resources match_labels data "
-        "binary_data string_data volume_attributes capacity allocatable"
-    )
-)
-"""Attributes whose values are plain mappings: their keys are data, never renamed."""
-_TIMES = frozenset(
-    _names(
-        "creation_timestamp deletion_timestamp last_transition_time last_update_time "
-        "last_reconcile_time start_time completion_time started_at finished_at"
-    )
-)
-_ONE, _LIST, _MAP = "one", "list", "map"
+ONE, LIST, MAP = "one", "list", "map"
 
 
 def camel(attribute: str) -> str:
@@ -176,7 +157,7 @@ class Object(Model):
 
 
 class V1ObjectMeta(Model):
-    _fields = _names(
+    _fields = names(
         "annotations creation_timestamp deletion_grace_period_seconds deletion_timestamp "
         "finalizers generate_name generation labels managed_fields name namespace "
         "owner_references resource_version self_link uid"
@@ -184,167 +165,165 @@ class V1ObjectMeta(Model):
 
 
 class V1EnvVar(Model):
-    _fields = _names("name value value_from")
+    _fields = names("name value value_from")
 
 
 class V1ResourceRequirements(Model):
-    _fields = _names("claims limits requests")
+    _fields = names("claims limits requests")
 
 
 class V1ContainerPort(Model):
-    _fields = _names("container_port host_ip host_port name protocol")
+    _fields = names("container_port host_ip host_port name protocol")
 
 
 class V1Container(Model):
-    _fields = _names(
+    _fields = names(
         "args command env env_from image image_pull_policy name ports resources volume_mounts "
         "working_dir"
     )
     _children = {
-        "env": (V1EnvVar, _LIST),
-        "ports": (V1ContainerPort, _LIST),
-        "resources": (V1ResourceRequirements, _ONE),
+        "env": (V1EnvVar, LIST),
+        "ports": (V1ContainerPort, LIST),
+        "resources": (V1ResourceRequirements, ONE),
     }
     _open = True
 
 
 class V1PodSpec(Model):
-    _fields = _names(
+    _fields = names(
         "affinity containers host_network image_pull_secrets init_containers node_name "
         "node_selector priority_class_name restart_policy scheduler_name service_account_name "
         "tolerations volumes"
     )
-    _children = {"containers": (V1Container, _LIST), "init_containers": (V1Container, _LIST)}
+    _children = {"containers": (V1Container, LIST), "init_containers": (V1Container, LIST)}
     _open = True
 
 
 class V1PodTemplateSpec(Model):
-    _fields = _names("metadata spec")
-    _children = {"metadata": (V1ObjectMeta, _ONE), "spec": (V1PodSpec, _ONE)}
+    _fields = names("metadata spec")
+    _children = {"metadata": (V1ObjectMeta, ONE), "spec": (V1PodSpec, ONE)}
 
 
 class V1Pod(Model):
-    _fields = _names("api_version kind metadata spec status")
-    _children = {"metadata": (V1ObjectMeta, _ONE), "spec": (V1PodSpec, _ONE)}
+    _fields = names("api_version kind metadata spec status")
+    _children = {"metadata": (V1ObjectMeta, ONE), "spec": (V1PodSpec, ONE)}
 
 
 class V1Preconditions(Model):
-    _fields = _names("resource_version uid")
+    _fields = names("resource_version uid")
 
 
 class V1DeleteOptions(Model):
-    _fields = _names(
+    _fields = names(
         "api_version dry_run grace_period_seconds kind orphan_dependents preconditions "
         "propagation_policy"
     )
-    _children = {"preconditions": (V1Preconditions, _ONE)}
+    _children = {"preconditions": (V1Preconditions, ONE)}
 
 
 # -- kubeflow.org/v1 --------------------------------------------------------------------------
 
 
 class KubeflowOrgV1SchedulingPolicy(Model):
-    _fields = _names("min_available min_resources priority_class queue schedule_timeout_seconds")
+    _fields = names("min_available min_resources priority_class queue schedule_timeout_seconds")
 
 
 class KubeflowOrgV1RunPolicy(Model):
-    _fields = _names(
+    _fields = names(
         "active_deadline_seconds backoff_limit clean_pod_policy managed_by scheduling_policy "
         "suspend ttl_seconds_after_finished"
     )
-    _children = {"scheduling_policy": (KubeflowOrgV1SchedulingPolicy, _ONE)}
+    _children = {"scheduling_policy": (KubeflowOrgV1SchedulingPolicy, ONE)}
 
 
 class KubeflowOrgV1ReplicaSpec(Model):
-    _fields = _names("replicas restart_policy template")
-    _children = {"template": (V1PodTemplateSpec, _ONE)}
+    _fields = names("replicas restart_policy template")
+    _children = {"template": (V1PodTemplateSpec, ONE)}
 
 
 class KubeflowOrgV1RDZVConf(Model):
-    _fields = _names("key value")
+    _fields = names("key value")
 
 
 class KubeflowOrgV1ElasticPolicy(Model):
-    _fields = _names(
+    _fields = names(
         "max_replicas max_restarts metrics min_replicas n_proc_per_node rdzv_backend rdzv_conf "
         "rdzv_host rdzv_id rdzv_port standalone"
     )
-    _children = {"rdzv_conf": (KubeflowOrgV1RDZVConf, _LIST)}
+    _children = {"rdzv_conf": (KubeflowOrgV1RDZVConf, LIST)}
 
 
 class KubeflowOrgV1PaddleElasticPolicy(Model):
-    _fields = _names("max_replicas max_restarts metrics min_replicas")
+    _fields = names("max_replicas max_restarts metrics min_replicas")
 
 
 class KubeflowOrgV1JobCondition(Model):
-    _fields = _names("last_transition_time last_update_time message reason status type")
+    _fields = names("last_transition_time last_update_time message reason status type")
 
 
 class KubeflowOrgV1ReplicaStatus(Model):
-    _fields = _names("active failed label_selector selector succeeded")
+    _fields = names("active failed label_selector selector succeeded")
 
 
 class KubeflowOrgV1JobStatus(Model):
-    _fields = _names("completion_time conditions last_reconcile_time replica_statuses start_time")
+    _fields = names("completion_time conditions last_reconcile_time replica_statuses start_time")
     _children = {
-        "conditions": (KubeflowOrgV1JobCondition, _LIST),
-        "replica_statuses": (KubeflowOrgV1ReplicaStatus, _MAP),
+        "conditions": (KubeflowOrgV1JobCondition, LIST),
+        "replica_statuses": (KubeflowOrgV1ReplicaStatus, MAP),
     }
 
 
-_REPLICAS = (KubeflowOrgV1ReplicaSpec, _MAP)
-_RUN_POLICY = (KubeflowOrgV1RunPolicy, _ONE)
+_REPLICAS = (KubeflowOrgV1ReplicaSpec, MAP)
+_RUN_POLICY = (KubeflowOrgV1RunPolicy, ONE)
 
 
 class KubeflowOrgV1PyTorchJobSpec(Model):
-    _fields = _names("elastic_policy nproc_per_node pytorch_replica_specs run_policy")
+    _fields = names("elastic_policy nproc_per_node pytorch_replica_specs run_policy")
     _children = {
-        "elastic_policy": (KubeflowOrgV1ElasticPolicy, _ONE),
+        "elastic_policy": (KubeflowOrgV1ElasticPolicy, ONE),
         "pytorch_replica_specs": _REPLICAS,
         "run_policy": _RUN_POLICY,
     }
 
 
 class KubeflowOrgV1TFJobSpec(Model):
-    _fields = _names("enable_dynamic_worker run_policy success_policy tf_replica_specs")
+    _fields = names("enable_dynamic_worker run_policy success_policy tf_replica_specs")
     _children = {"run_policy": _RUN_POLICY, "tf_replica_specs": _REPLICAS}
 
 
 class KubeflowOrgV1XGBoostJobSpec(Model):
-    _fields = _names("run_policy xgb_replica_specs")
+    _fields = names("run_policy xgb_replica_specs")
     _children = {"run_policy": _RUN_POLICY, "xgb_replica_specs": _REPLICAS}
 
 
 class KubeflowOrgV1MPIJobSpec(Model):
-    _fields = _names(
-        "clean_pod_policy main_container mpi_replica_specs run_policy slots_per_worker"
-    )
+    _fields = names("clean_pod_policy main_container mpi_replica_specs run_policy slots_per_worker")
     _children = {"mpi_replica_specs": _REPLICAS, "run_policy": _RUN_POLICY}
 
 
 class KubeflowOrgV1PaddleJobSpec(Model):
-    _fields = _names("elastic_policy paddle_replica_specs run_policy")
+    _fields = names("elastic_policy paddle_replica_specs run_policy")
     _children = {
-        "elastic_policy": (KubeflowOrgV1PaddleElasticPolicy, _ONE),
+        "elastic_policy": (KubeflowOrgV1PaddleElasticPolicy, ONE),
         "paddle_replica_specs": _REPLICAS,
         "run_policy": _RUN_POLICY,
     }
 
 
 class KubeflowOrgV1JAXJobSpec(Model):
-    _fields = _names("jax_replica_specs run_policy")
+    _fields = names("jax_replica_specs run_policy")
     _children = {"jax_replica_specs": _REPLICAS, "run_policy": _RUN_POLICY}
 
 
 class _Job(Model):
-    _fields = _names("api_version kind metadata spec status")
+    _fields = names("api_version kind metadata spec status")
 
 
 def _job_children(spec: type[Model]) -> Mapping[str, tuple[type[Model], str]]:
     return {
-        "metadata": (V1ObjectMeta, _ONE),
-        "spec": (spec, _ONE),
-        "status": (KubeflowOrgV1JobStatus, _ONE),
+        "metadata": (V1ObjectMeta, ONE),
+        "spec": (spec, ONE),
+        "status": (KubeflowOrgV1JobStatus, ONE),
     }
 
 
@@ -381,81 +360,3 @@ JOB_MODELS: dict[str, type[Model]] = {
     "JAXJob": KubeflowOrgV1JAXJob,
 }
 """Upstream's `JOB_PARAMETERS` kinds, each with its model."""
-
-
-# -- documents --------------------------------------------------------------------------------
-
-
-def from_document(document: Mapping[str, Any], cls: type[Model] | None = None) -> Any:
-    """A Kubeflow document as its job model (`cls` None: the model of its `kind`)."""
-    if cls is None:
-        kind = document.get("kind")
-        cls = JOB_MODELS.get(kind) if isinstance(kind, str) else None
-        if cls is None:
-            raise ValueError(f"kind: one of {', '.join(JOB_MODELS)} (got {kind!r})")
-    return _read(cls, document)
-
-
-def _read(cls: type[Model], document: Mapping[str, Any]) -> Model:
-    model = cls.__new__(cls)
-    object.__setattr__(model, "_keys", {})
-    for field in cls._fields:
-        setattr(model, field, None)
-    for key, value in document.items():
-        attribute = snake(str(key))
-        if camel(attribute) != key:
-            model._keys[attribute] = key
-        setattr(model, attribute, _read_value(cls, attribute, value))
-    return model
-
-
-def _read_value(cls: type[Model], attribute: str, value: Any) -> Any:
-    child = cls._children.get(attribute)
-    if child is not None and value is not None:
-        kind, shape = child
-        if shape == _ONE and isinstance(value, Mapping):
-            return _read(kind, value)
-        if shape == _LIST and isinstance(value, list):
-            return [_read(kind, v) if isinstance(v, Mapping) else v for v in value]
-        if shape == _MAP and isinstance(value, Mapping):
-            return {k: _read(kind, v) if isinstance(v, Mapping) else v for k, v in value.items()}
-    if attribute in _MAPS and isinstance(value, Mapping):
-        return dict(value)
-    if attribute in _TIMES and isinstance(value, str):
-        try:
-            return datetime.fromisoformat(value)
-        except ValueError:
-            return value
-    if isinstance(value, Mapping):
-        return _read(Object, value)
-    if isinstance(value, list):
-        return [_read(Object, v) if isinstance(v, Mapping) else v for v in value]
-    return value
-
-
-def to_document(value: Any) -> Any:
-    """A model (these, or kubernetes'/kubeflow's own) as the apiserver's JSON: camelCase keys,
-    None attributes left out, datetimes as RFC 3339."""
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    if isinstance(value, datetime):
-        return value.isoformat().replace("+00:00", "Z")
-    if isinstance(value, list | tuple):
-        return [to_document(v) for v in value]
-    if isinstance(value, Mapping):
-        return {k: to_document(v) for k, v in value.items()}
-    if isinstance(value, Model):
-        keys: dict[str, str] = value._keys
-        return {
-            keys.get(k) or camel(k): to_document(v)
-            for k, v in value.attributes().items()
-            if v is not None
-        }
-    names = getattr(value, "attribute_map", None)
-    if isinstance(names, Mapping) and hasattr(value, "openapi_types"):  # their own models
-        return {
-            names[k]: to_document(getattr(value, k))
-            for k in value.openapi_types
-            if getattr(value, k, None) is not None
-        }
-    raise ValueError(f"{type(value).__name__} is not a model or a JSON value")

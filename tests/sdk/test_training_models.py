@@ -19,8 +19,8 @@ from trainhub.training_client import (
     V1EnvVar,
     V1ObjectMeta,
 )
+from trainhub.training_documents import from_document, to_document
 from trainhub.training_jobs import job_object, merge_patch
-from trainhub.training_models import from_document, to_document
 
 _T = 120  # upstream's DEFAULT_TIMEOUT
 _N: Any = None
