@@ -1,6 +1,7 @@
 """trainhub: dispatch Kubeflow training jobs across Kubernetes clusters over an event bus.
 
-`TrainHubClient` (blocking) and `AsyncTrainHubClient` are the Python SDK."""
+`TrainHubClient` (blocking) and `AsyncTrainHubClient` are the Python SDK; `TrainingClient` is
+Kubeflow's (kubeflow-training 1.9) over it."""
 
 # The names are loaded on first use: `import trainhub` stays cheap, so the `trainhub` command
 # (trainhub.entry, inside this package) starts at once and can answer a SIGTERM cleanly.
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from trainhub.sdk_pods import JobPod, JobPodsUnknownError
     from trainhub.sdk_stream import StatusEvent
     from trainhub.sdk_view import TrainHubJob
+    from trainhub.training_client import TrainingClient
 
 _HOMES = {
     "BusError": "bus.base",
@@ -42,6 +44,7 @@ _HOMES = {
     "JobPodsUnknownError": "trainhub.sdk_pods",
     "StatusEvent": "trainhub.sdk_stream",
     "TrainHubJob": "trainhub.sdk_view",
+    "TrainingClient": "trainhub.training_client",
 }
 
 
@@ -70,4 +73,5 @@ __all__ = [
     "TrainHubClient",
     "TrainHubError",
     "TrainHubJob",
+    "TrainingClient",
 ]

@@ -95,6 +95,11 @@ class TrainHubClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def run_on_loop(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        """Run a coroutine on the client's event loop thread and return its result: for code
+        that must share the loop of `aio` (`TrainingClient`, an embedded runner on its bus)."""
+        return self._loop.run(coro)
+
     start = _blocking(AsyncTrainHubClient.start)
     create_job = _blocking(AsyncTrainHubClient.create_job)
     update_job = _blocking(AsyncTrainHubClient.update_job)
