@@ -99,6 +99,14 @@ class Subscription(abc.ABC):
         """Records after the current position of every assigned partition."""
 
     @abc.abstractmethod
+    async def ends(self) -> dict[TopicPartition, int]:
+        """The end offset of each assigned partition now (the broker's answer)."""
+
+    @abc.abstractmethod
+    async def positions(self) -> dict[TopicPartition, int]:
+        """The offset of the next record `poll` returns, per assigned partition."""
+
+    @abc.abstractmethod
     async def unassigned(self) -> int:
         """Partitions of the subscribed topics that exist now (by name or by prefix) and
         that this consumer does not hold: 0 once a group's only member has all of them."""

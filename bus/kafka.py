@@ -591,6 +591,22 @@ class KafkaSubscription(Subscription):
             # last commit, which is at-least-once, not loss.
             log.warning("commit skipped after a rebalance: %s", exc)
 
+    async def ends(self) -> dict[TopicPartition, int]:
+        consumer = self._started()
+        partitions = list(consumer.assignment())
+        found = await self._end_offsets(consumer, partitions) if partitions else {}
+        return {TopicPartition(tp.topic, tp.partition): end for tp, end in found.items()}
+
+    async def positions(self) -> dict[TopicPartition, int]:
+        consumer = self._started()
+        held: dict[TopicPartition, int] = {}
+        for tp in list(consumer.assignment()):
+            try:
+                held[TopicPartition(tp.topic, tp.partition)] = await consumer.position(tp)
+            except IllegalStateError:
+                continue  # revoked meanwhile: not ours to wait for
+        return held
+
     async def unassigned(self) -> int:
         consumer = self._started()
         names = set(self._topics)

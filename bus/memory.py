@@ -296,6 +296,12 @@ class MemorySubscription(Subscription):
     async def lag(self) -> int:
         return sum(self._bus._end_offset(tp) - pos for tp, pos in self._positions.items())
 
+    async def ends(self) -> dict[TopicPartition, int]:
+        return {tp: self._bus._end_offset(tp) for tp in self._positions}
+
+    async def positions(self) -> dict[TopicPartition, int]:
+        return dict(self._positions)
+
     async def unassigned(self) -> int:
         return len(set(self._bus._partitions(self.topics)) - set(self._positions))
 

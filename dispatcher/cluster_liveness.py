@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections import deque
 from datetime import UTC, datetime, timedelta
 
-from bus.base import Record
+from bus.base import Record, TopicPartition
 from bus.events import EventConsumer
 from dispatcher.heartbeat_feed import HeartbeatFeedClock
 from dispatcher.hub_context import PLACED, HubContext
@@ -20,6 +20,10 @@ from schemas.cluster import ClusterSnapshot
 from schemas.events import CloudEvent, ClusterRetired, EventType
 
 log = logging.getLogger(__name__)
+
+_TICKS_KEPT = 1000
+"""Ticks waiting for the consumer to pass their ends; older ones are dropped unheard (a hub
+that far behind could not hear the clusters then)."""
 
 
 class ClusterLiveness:
@@ -50,26 +54,28 @@ class ClusterLiveness:
         keep = timedelta(seconds=10 * self._context.config.lost_after)
         self._feed_clock = HeartbeatFeedClock(datetime.now(UTC), interval, keep=keep)
 
-    async def follow_feed(self, feeds: Sequence[EventConsumer], interval: float) -> None:
-        """Tell the feed clock each time the hub has provably read every heartbeat on the
-        bus: the broker answered that nothing published before the check is left after the
-        consumers' positions (and what a poll returns is handled before the consumer yields,
-        so position means handled). A check the broker does not answer waits (retried)."""
-        assert self._feed_clock is not None
+    async def follow_feed(self, reports: EventConsumer, interval: float) -> None:
+        """Tell the feed clock each time the hub has provably read every heartbeat published
+        before a tick: the broker answered the reports partitions' ends at the tick, and the
+        consumer's positions have passed them since (what a poll returns is handled before
+        the consumer polls again, so position means handled). Judged against each tick's
+        ends, not zero lag: statuses share those topics, so under load the lag is seldom
+        zero although every heartbeat before the tick was read long ago. A tick the broker
+        does not answer waits (retried): that stretch counts as unheard."""
+        clock = self._feed_clock
+        assert clock is not None
+        subscription = reports.subscription
+        ticks: deque[tuple[datetime, dict[TopicPartition, int]]] = deque(maxlen=_TICKS_KEPT)
         while True:
-            checked_at = datetime.now(UTC)
-            if await self._all_read(feeds):
-                self._feed_clock.caught_up(checked_at)
-                if self._newly_silent():
-                    self._context.wake.set()  # move its jobs now, not at the next pass
+            ticks.append((datetime.now(UTC), await subscription.ends()))
+            positions = await subscription.positions()
+            heard = False
+            while ticks and all(positions.get(tp, end) >= end for tp, end in ticks[0][1].items()):
+                clock.caught_up(ticks.popleft()[0])
+                heard = True
+            if heard and self._newly_silent():
+                self._context.wake.set()  # move its jobs now, not at the next pass
             await asyncio.sleep(interval)
-
-    @staticmethod
-    async def _all_read(feeds: Sequence[EventConsumer]) -> bool:
-        for feed in feeds:
-            if await feed.subscription.lag() != 0:
-                return False
-        return True
 
     def _newly_silent(self) -> bool:
         """Whether a cluster not yet lost has now been silent past `lost_after`."""

@@ -175,7 +175,7 @@ class Hub:
             self._tasks.spawn(consumer.run(), "consume")
         self._tasks.spawn(self._schedule_loop(), "schedule")
         self._tasks.spawn(self.outbox.run(), "assignments")
-        feed = self.liveness.follow_feed([reports, clusters], interval)
+        feed = self.liveness.follow_feed(reports, interval)
         self._tasks.spawn(feed, "heartbeat-feed")
         lag = {
             topics.status: status.subscription,

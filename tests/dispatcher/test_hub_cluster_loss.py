@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 from prometheus_client import CollectorRegistry
 
+from bus.base import TopicPartition
 from bus.memory import MemoryBus
 from bus.topics import Topics
 from dispatcher.heartbeat_feed import HeartbeatFeedClock
@@ -51,13 +52,13 @@ async def test_an_outage_of_the_bus_loses_no_cluster_but_later_silence_does() ->
     feed = hub._consumers[2].subscription  # status, clusters, reports, jobs
     reachable = asyncio.Event()
     reachable.set()
-    real_lag = feed.lag
+    real_ends = feed.ends
 
-    async def lag() -> int:
+    async def ends() -> dict[TopicPartition, int]:
         await reachable.wait()  # as a broker that does not answer
-        return await real_lag()
+        return await real_ends()
 
-    feed.lag = lag  # type: ignore[method-assign]
+    feed.ends = ends  # type: ignore[method-assign]
 
     def lost() -> float | None:
         return registry.get_sample_value("trainhub_clusters_lost_total")
