@@ -4,6 +4,7 @@ resource names, `-l` selectors, `-o json` as a `List` with `items`, `-o name`, `
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -17,7 +18,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner, Result
 
-from tests.helpers import jax_job
+from bus.kafka import KafkaBus
+from bus.kafka_settings import KafkaSettings
+from bus.topics import Topics
+from tests.helpers import cluster, jax_job, node, publish_heartbeat
 from tests.kafka.processes import Process
 from tests.kafka_target import KafkaTarget
 from trainhub.cli import app
@@ -44,6 +48,7 @@ def _job(kind: str, name: str, **labels: str) -> dict[str, Any]:
 
 class Fleet:
     def __init__(self, bootstrap: str, prefix: str, folder: Path) -> None:
+        self.prefix = prefix
         self.flags = ["--bootstrap", bootstrap, "--topic-prefix", prefix]
         self.folder = folder
 
@@ -148,6 +153,32 @@ def test_selector_syntax() -> None:
     checks = parse_selector("a=1, b notin (x, y),!c")
     assert all(c({"a": "1", "b": "z"}) for c in checks)
     assert not all(c({"a": "1", "b": "x"}) for c in checks)
+
+
+def test_plan_reads_the_live_fleet(fleet: Fleet, kafka: KafkaTarget) -> None:
+    path = fleet.file("plan.yaml", _job("PyTorchJob", "planned"))
+    path.write_text(path.read_text().replace("suspend: true", "suspend: false"))
+    empty = fleet.cli("plan", str(path))
+    assert empty.exit_code == 1 and "no member cluster reports" in empty.output, empty.output
+
+    async def heartbeat() -> None:
+        bus = KafkaBus(KafkaSettings(bootstrap=kafka.bootstrap))
+        await bus.start()
+        try:
+            roomy = cluster("east", node("n1", cpu="64", memory="256Gi", pods="110"))
+            await publish_heartbeat(bus, Topics(prefix=fleet.prefix), roomy)
+        finally:
+            await bus.close()
+
+    asyncio.run(heartbeat())
+    deadline = time.monotonic() + 30
+    while "east" not in fleet.cli("get", "clusters").stdout and time.monotonic() < deadline:
+        time.sleep(0.5)
+    planned = fleet.cli("plan", str(path), "-o", "json")
+    assert planned.exit_code == 0, planned.output
+    assert json.loads(planned.stdout)["chosen"] == "east"
+    no_bus = CliRunner().invoke(app, ["plan", str(path)])
+    assert no_bus.exit_code == 2 and "--clusters FILE, or --bootstrap" in no_bus.output
 
 
 def test_watch_prints_changes_and_delete_takes_a_file(fleet: Fleet) -> None:
