@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 from bus.base import Record
 from dispatcher.hub_context import HubContext
@@ -34,14 +35,33 @@ class JobIntake:
             await self._on_submitted(event)
         elif event.type == EventType.JOB_UPDATED:
             await self._on_updated(event)
-        elif event.type == EventType.JOB_DELETED:
-            await self._on_deleted(event.data_as(JobRef))
-        elif event.type == EventType.JOB_SUSPENDED:
-            await self._on_suspended(event.data_as(JobRef))
-        elif event.type == EventType.JOB_RESUMED:
-            await self._on_resumed(event.data_as(JobRef))
+        elif event.type in _REQUESTS:
+            ref = event.data_as(JobRef)
+            self._check_known(ref, event)
+            await _REQUESTS[event.type][0](self, ref)
         else:
-            raise ValueError(f"unexpected event type {event.type!r} on the jobs topic")
+            log.warning(
+                "unknown event type %r on the jobs topic", event.type, extra={"event": event.id}
+            )
+            raise ValueError(
+                f"unknown event type {event.type!r} on the jobs topic (it takes "
+                f"{', '.join([EventType.JOB_SUBMITTED, EventType.JOB_UPDATED, *_REQUESTS])})"
+            )
+
+    def _check_known(self, ref: JobRef, event: CloudEvent) -> None:
+        """A request for a job the hub never heard of (a wrong uid, one derived from another
+        namespace, or a request that overtook its submission on another key) is refused:
+        dead-lettered with the reason, so its producer can find out why nothing happened."""
+        if self._context.ledger.get(ref.uid) is not None:
+            return
+        action = _REQUESTS[event.type][1]
+        log.warning(
+            "%s request for an unknown job", action, extra={"job": ref.uid, "event": event.id}
+        )
+        raise ValueError(
+            f"no job with uid {ref.uid!r}: the hub holds no such job to {action} (a job's uid "
+            "is its metadata.uid, or the UUID v5 of '<namespace>/<name>': docs/events.md)"
+        )
 
     async def _on_submitted(self, event: CloudEvent) -> None:
         ledger = self._context.ledger
@@ -259,3 +279,11 @@ class JobIntake:
             return
         if record.cluster is not None:
             await self._outbox.forward(record, EventType.JOB_RESUMED)
+
+
+_REQUESTS: dict[str, tuple[Callable[[JobIntake, JobRef], Awaitable[None]], str]] = {
+    EventType.JOB_DELETED: (JobIntake._on_deleted, "delete"),
+    EventType.JOB_SUSPENDED: (JobIntake._on_suspended, "suspend"),
+    EventType.JOB_RESUMED: (JobIntake._on_resumed, "resume"),
+}
+"""The requests on the jobs topic that name a job by uid (`JobRef`)."""

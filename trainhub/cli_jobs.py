@@ -57,7 +57,9 @@ get_app = typer.Typer(
     no_args_is_help=True,
     epilog=examples(
         "trainhub get jobs",
-        "trainhub get jobs -n team-a --queue research -o wide",
+        "trainhub get pytorchjobs -n team-a -l team=vision -o wide",
+        "trainhub get job mnist -o yaml",
+        "trainhub get jobs -w",
         "trainhub get clusters -o json",
     ),
 )
@@ -83,6 +85,9 @@ class DetailOutput(StrEnum):
 
 def register(app: typer.Typer) -> None:
     """Add `get`, `describe`, `update` and `logs` to the `trainhub` command."""
+    from trainhub import cli_get_jobs  # it builds on this module's helpers
+
+    cli_get_jobs.register(get_app)
     app.add_typer(get_app, name="get")
     app.command(
         "update",
@@ -163,61 +168,6 @@ def format_age(since: datetime | None, now: datetime | None = None) -> str:
 
 def _job_json(job: TrainHubJob) -> dict[str, Any]:
     return job.model_dump(mode="json", exclude={"sequence"})
-
-
-# -- get jobs -------------------------------------------------------------------------------
-
-
-@get_app.command(
-    "jobs",
-    epilog=examples(
-        "trainhub get jobs",
-        "trainhub get jobs -o wide",
-        "trainhub get jobs -n team-a --queue research -o json",
-    ),
-)
-@with_settings
-def get_jobs(
-    settings: TrainhubSettings,
-    namespace: Annotated[
-        str | None, typer.Option("--namespace", "-n", help="Only this namespace (default all).")
-    ] = None,
-    queue: Annotated[str | None, typer.Option(help="Only jobs of this queue.")] = None,
-    output: Annotated[ListOutput, typer.Option("-o", "--output")] = ListOutput.text,
-) -> None:
-    """List jobs with their phase and cluster (`-o wide` adds uid, attempt and message)."""
-
-    async def work(client: AsyncTrainHubClient) -> list[TrainHubJob]:
-        return await client.list_jobs(namespace=namespace, queue=queue)
-
-    jobs = _with_client(settings, work)
-    if output in (ListOutput.json, ListOutput.yaml):
-        print_structured([_job_json(j) for j in jobs], output.value)
-        return
-    if not jobs:
-        err_console.print("No jobs found.")
-        return
-    wide = output == ListOutput.wide
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    columns = ["NAMESPACE", "NAME", "KIND", "QUEUE", "PHASE", "CLUSTER", "AGE"]
-    if wide:
-        columns += ["ATTEMPT", "UID", "REASON", "MESSAGE"]
-    for column in columns:
-        table.add_column(column, overflow="fold")
-    for job in jobs:
-        row = [
-            job.namespace or "-",
-            job.name or "-",
-            job.kind or "-",
-            job.queue or "default",
-            job.phase.value if job.phase else "Submitted",
-            job.cluster or "-",
-            format_age(job.created),
-        ]
-        if wide:
-            row += [str(job.attempt), job.uid, job.reason or "", job.message or ""]
-        table.add_row(*row)
-    console.print(table)
 
 
 # -- get clusters ---------------------------------------------------------------------------

@@ -14,16 +14,17 @@ import yaml
 from pydantic import ValidationError
 
 from dispatcher.placement_config import PlacementConfig
-from schemas.cluster import ClustersFile
+from schemas.cluster import ClustersFile, ClusterSnapshot
 from schemas.errors import ContractError, describe_validation_error
 from schemas.job_parsing import load_documents, read_text
 from trainhub.cli_help import examples
-from trainhub.cli_jobs import print_structured
+from trainhub.cli_jobs import _with_client, print_structured
 from trainhub.cli_output import Output, console, exit_on_problems, fail
 from trainhub.cli_plan import PlannedJob, plan_jobs
 from trainhub.cli_settings import with_settings
 from trainhub.console_view import decision_table
 from trainhub.job_checks import read_job_files
+from trainhub.sdk import AsyncTrainHubClient
 from trainhub.settings import TrainhubSettings
 from workers.rendering import render_job
 
@@ -46,6 +47,7 @@ def register(app: typer.Typer) -> None:
     app.command(
         epilog=examples(
             "trainhub plan job.yaml --clusters clusters.yaml",
+            "trainhub plan job.yaml --bootstrap localhost:9092   # the live fleet",
             "trainhub plan a.yaml b.yaml --clusters clusters.yaml --config hub.yaml -o json",
         )
     )(plan)
@@ -76,8 +78,13 @@ def plan(
     settings: TrainhubSettings,
     job_files: Annotated[list[Path], typer.Argument(help="Job YAML/JSON files.")],
     clusters: Annotated[
-        Path, typer.Option("--clusters", help="YAML {clusters: [ClusterSnapshot]}")
-    ],
+        Path | None,
+        typer.Option(
+            "--clusters",
+            help="YAML {clusters: [ClusterSnapshot]}; without it, the live fleet's latest "
+            "heartbeats, read from --bootstrap.",
+        ),
+    ] = None,
     output: Annotated[Output, typer.Option("-o", "--output")] = Output.text,
 ) -> None:
     """Show where jobs would be placed, with every cluster's score or rejection reason.
@@ -91,6 +98,38 @@ def plan(
     except ValueError as exc:
         raise fail(f"invalid settings: {exc}", code=2) from None
     found = read_job_files(job_files)
+    snapshots = _clusters_file(clusters) if clusters else _live_clusters(settings)
+    planned = plan_jobs(
+        found.jobs, snapshots, placement, max_heartbeat_age=settings.max_heartbeat_age
+    )
+    _show_plan(planned, placement, output)
+    exit_on_problems(found)
+
+
+def _live_clusters(settings: TrainhubSettings) -> list[ClusterSnapshot]:
+    """The member clusters whose heartbeats the clusters topic holds (the hub's view, less
+    what it has reserved for jobs not yet running)."""
+    if not settings.bootstrap:
+        raise fail(
+            "plan needs the clusters: --clusters FILE, or --bootstrap HOST:PORT (or "
+            "TRAINHUB_BOOTSTRAP) to read the live fleet's heartbeats",
+            code=2,
+        )
+
+    async def work(client: AsyncTrainHubClient) -> list[ClusterSnapshot]:
+        return await client.list_clusters(window=settings.max_heartbeat_age)
+
+    snapshots = _with_client(settings, work)
+    if not snapshots:
+        raise fail(
+            f"no member cluster reports on {settings.bootstrap} (topic prefix "
+            f"{settings.topic_prefix!r}): start a worker, or give --clusters FILE",
+            code=1,
+        )
+    return snapshots
+
+
+def _clusters_file(clusters: Path) -> list[ClusterSnapshot]:
     try:
         documents = load_documents(read_text(clusters), str(clusters))
         if (
@@ -102,7 +141,7 @@ def plan(
                 f"{clusters}: expected one mapping with a `clusters` list "
                 "({clusters: [{name: ..., nodes: [...]}, ...]})"
             )
-        snapshots = ClustersFile.model_validate(documents[0]).clusters
+        return ClustersFile.model_validate(documents[0]).clusters
     except ValidationError as exc:
         raise fail(f"{clusters}: {describe_validation_error(exc)}") from None
     except ContractError as exc:
@@ -111,11 +150,6 @@ def plan(
         raise fail(f"{clusters}: {exc.strerror}") from None
     except ValueError as exc:
         raise fail(f"{clusters}: {exc}") from None
-    planned = plan_jobs(
-        found.jobs, snapshots, placement, max_heartbeat_age=settings.max_heartbeat_age
-    )
-    _show_plan(planned, placement, output)
-    exit_on_problems(found)
 
 
 def _show_plan(planned: list[PlannedJob], placement: PlacementConfig, output: Output) -> None:

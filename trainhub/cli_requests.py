@@ -4,13 +4,17 @@ the hub to act on the job, over the bus."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from schemas.errors import ContractError
 from schemas.events import EventType, JobStatusUpdate
+from schemas.job_parsing import load_documents, names_of, read_text
 from schemas.kubeflow import derive_job_uid
 from schemas.status import JobPhase
 from trainhub.bus_factory import make_bus
@@ -47,6 +51,7 @@ def register(app: typer.Typer) -> None:
             verb,
             epilog=examples(
                 f"trainhub {verb} default/jax-mnist",
+                f"trainhub {verb} -f examples/jax-mnist-spmd/jaxjob.yaml",
                 f"trainhub {verb} jax-mnist --bootstrap localhost:9092 --topic-prefix demo",
             ),
         )(job_request_command(verb, event_type, summary))
@@ -86,20 +91,63 @@ def status(
 
 
 def job_request_command(verb: str, event_type: str, summary: str) -> Callable[..., None]:
-    """The command that asks the hub for `event_type` on the job it is given."""
+    """The command that asks the hub for `event_type` on the jobs it is given: by name, or
+    every job a file names (`-f FILE`, `-` for stdin, as `kubectl delete -f`)."""
 
     def command(
         settings: TrainhubSettings,
-        job: Annotated[str, typer.Argument(help="Job uid, NAMESPACE/NAME, or NAME.")],
+        jobs: Annotated[
+            list[str] | None,
+            typer.Argument(help="Job uid, NAMESPACE/NAME, or NAME.", metavar="[JOB]..."),
+        ] = None,
         namespace: Annotated[
             str, typer.Option("--namespace", "-n", help="Namespace of a bare NAME.")
         ] = "default",
+        filename: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--filename",
+                "-f",
+                help="The jobs this YAML/JSON file names (- for stdin); may be repeated.",
+            ),
+        ] = None,
     ) -> None:
-        _job_request(settings, qualified(job, namespace), event_type, verb)
+        named = [qualified(job, namespace) for job in jobs or []]
+        for source in filename or []:
+            named += _jobs_in_file(source, namespace)
+        if not named:
+            raise fail(f"name the jobs to {verb}: JOB arguments or -f FILE", code=2)
+        missing = 0
+        for job in named:
+            try:
+                _job_request(settings, job, event_type, verb)
+            except typer.Exit as exit_:
+                if exit_.exit_code != 3 or len(named) == 1:
+                    raise
+                missing += 1
+        if missing:
+            raise typer.Exit(3)
 
     command.__name__ = command.__qualname__ = verb
     command.__doc__ = summary
     return with_settings(command)
+
+
+def _jobs_in_file(source: str, namespace: str) -> list[str]:
+    """NAMESPACE/NAME of each document of a job file; its namespace, else `-n`'s."""
+    try:
+        text = sys.stdin.read() if source == "-" else read_text(Path(source))
+        documents = load_documents(text, "<stdin>" if source == "-" else source)
+    except ContractError as exc:
+        raise fail(str(exc), code=2) from None
+    named: list[str] = []
+    for index, document in enumerate(documents, start=1):
+        names = names_of(document)
+        if "name" not in names:
+            raise fail(f"{source}, document {index}: no metadata.name to say which job", code=2)
+        metadata = document.get("metadata") or {}  # a mapping: names_of found a name in it
+        named.append(f"{metadata.get('namespace') or namespace}/{names['name']}")
+    return named
 
 
 def _job_request(settings: TrainhubSettings, job: str, event_type: str, verb: str) -> None:

@@ -507,7 +507,9 @@ def outcome_of(topic: str, headers: list[tuple[str, bytes]], body: bytes) -> tup
             event.data_as(JobRef)
         except ValidationError:
             return "dead-letter", None
-        return "ignored", None
+        # The generator's requests name no job it submitted: a request for a job the hub
+        # does not know is refused with the reason.
+        return "dead-letter", None
     if event.type != EventType.JOB_SUBMITTED:
         return "dead-letter", None
     try:

@@ -148,11 +148,14 @@ def test_function_job_runs_waits_logs_and_deletes(deployment: Deployment) -> Non
 
         listed = deployment.process("get", "jobs", "-o", "json")
         assert listed.returncode == 0, listed.stderr
-        (row,) = [j for j in json.loads(listed.stdout) if j["name"] == "hello"]
-        assert row["phase"] == "Succeeded" and row["cluster"] == "solo" and row["uid"] == uid
-        assert row["kind"] == "PyTorchJob" and row["spec"]["kind"] == "PyTorchJob"
+        items = json.loads(listed.stdout)["items"]
+        (row,) = [j for j in items if j["metadata"]["name"] == "hello"]
+        assert row["status"]["trainhub"]["phase"] == "Succeeded"
+        assert row["status"]["trainhub"]["cluster"] == "solo" and row["metadata"]["uid"] == uid
+        assert row["kind"] == "PyTorchJob" and "pytorchReplicaSpecs" in row["spec"]
         as_yaml = deployment.cli("get", "jobs", "-o", "yaml")
-        assert as_yaml.exit_code == 0 and yaml.safe_load(as_yaml.stdout)[0]["uid"] == uid
+        assert as_yaml.exit_code == 0
+        assert yaml.safe_load(as_yaml.stdout)["items"][0]["metadata"]["uid"] == uid
         wide = deployment.cli("get", "jobs", "-o", "wide")
         assert wide.exit_code == 0, wide.stderr
         assert "NAMESPACE" in wide.stdout and "UID" in wide.stdout
@@ -209,7 +212,7 @@ def test_function_job_runs_waits_logs_and_deletes(deployment: Deployment) -> Non
         assert "job default/hello is Deleted: its pods are gone" in gone.output, gone.output
         remaining = deployment.cli("get", "jobs", "-o", "json")
         assert remaining.exit_code == 0 and "hello" not in [
-            j["name"] for j in json.loads(remaining.stdout)
+            j["metadata"]["name"] for j in json.loads(remaining.stdout)["items"]
         ]
 
 
@@ -290,7 +293,8 @@ def test_status_stream_resumes_after_the_client_restarts(
     assert not any(e.update.name == "p-one" and e.phase == JobPhase.QUEUED for e in since)
     assert queued == {"p-one", "p-two"}
     listed = deployment.cli("get", "jobs", "--queue", "pipeline", "-o", "json")
-    assert sorted(j["name"] for j in json.loads(listed.stdout)) == ["p-one", "p-two"]
+    names = [j["metadata"]["name"] for j in json.loads(listed.stdout)["items"]]
+    assert sorted(names) == ["p-one", "p-two"]
 
 
 def test_the_blocking_clients_threads_callbacks_and_close(deployment: Deployment) -> None:
