@@ -11,7 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 from schemas.errors import JobInvalid, describe_validation_error
-from schemas.kubeflow import API_VERSION, JOB_CLASSES, AnyJob, derive_job_uid
+from schemas.kubeflow import JOB_CLASSES, AnyJob, derive_job_uid
 
 REMOVED_KINDS = {
     "MXJob": "MXJob was removed in Kubeflow Training Operator v1.9 and is not supported; "
@@ -106,9 +106,9 @@ def parse_job(document: Any) -> AnyJob:
     if kind not in JOB_CLASSES:
         known = ", ".join(sorted(JOB_CLASSES))
         raise JobInvalid(f"kind: unknown kind {kind!r}; trainhub accepts {known}")
-    if document.get("apiVersion") != API_VERSION:
+    if document.get("apiVersion") != (api_version := JOB_CLASSES[kind].API_VERSION):
         raise JobInvalid(
-            f"apiVersion: expected {API_VERSION!r} (got {document.get('apiVersion')!r})"
+            f"apiVersion: expected {api_version!r} (got {document.get('apiVersion')!r})"
         )
     try:
         return JOB_CLASSES[kind].model_validate(document)  # type: ignore[return-value]

@@ -6,70 +6,22 @@ rest of trainhub never branches on the field name.
 
 from __future__ import annotations
 
-import functools
-import re
-import uuid
 from decimal import Decimal
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schemas.host_ports import pod_host_ports, port_key
-from schemas.names import DNS1123_LABEL
-from schemas.pod import PodTemplateSpec
+from schemas.job_meta import ObjectMeta, ReplicaSpecs
+from schemas.job_meta import derive_job_uid as derive_job_uid
 from schemas.quantity import parse_quantity
 from schemas.run_policy import RunPolicy
 from schemas.sim_annotations import sim_annotation_problem
 from schemas.status import JobStatus
+from schemas.trainjob import TrainJob
 
 API_VERSION = "kubeflow.org/v1"
-_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _SERVICE_NAME_MAX = 63
-# uuid5 namespace for jobs whose producer set no uid: the same namespace/name is the same job.
-_JOB_UID_NAMESPACE = uuid.UUID("6f1d4c62-3f0e-4b8e-9a53-9d7a1f2f7a10")
-
-
-@functools.lru_cache(maxsize=1 << 16)  # asked for several times per event on the hot path
-def derive_job_uid(namespace: str, name: str) -> str:
-    return str(uuid.uuid5(_JOB_UID_NAMESPACE, f"{namespace}/{name}"))
-
-
-class ObjectMeta(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    name: str = Field(max_length=63)
-    namespace: str = Field(default="default", max_length=63)
-    uid: str | None = Field(default=None, max_length=128)
-    labels: dict[str, str] | None = None
-    annotations: dict[str, str] | None = None
-
-    @field_validator("name")
-    @classmethod
-    def _dns1035(cls, value: str) -> str:
-        if not _DNS1035.match(value):
-            raise ValueError(
-                f"job name {value!r} is not a DNS-1035 label (lower-case letters, digits and "
-                "'-', starting with a letter, ending with a letter or digit)"
-            )
-        return value
-
-    @field_validator("namespace")
-    @classmethod
-    def _dns1123(cls, value: str) -> str:
-        if not DNS1123_LABEL.match(value):
-            raise ValueError(f"namespace {value!r} is not a DNS-1123 label")
-        return value
-
-
-class ReplicaSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    replicas: int | None = Field(strict=True, default=None, ge=0, le=10_000)
-    template: PodTemplateSpec
-    restartPolicy: Literal["Always", "OnFailure", "Never", "ExitCode"] | None = None
-
-
-ReplicaSpecs = dict[str, ReplicaSpec]
 
 
 class RDZVConf(BaseModel):
@@ -149,6 +101,7 @@ class _TrainingJobBase(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    API_VERSION: ClassVar[str] = API_VERSION
     REPLICA_FIELD: ClassVar[str]
     REPLICA_TYPES: ClassVar[tuple[str, ...]]
     DEFAULT_CONTAINER: ClassVar[str]
@@ -502,8 +455,8 @@ class JAXJob(_TrainingJobBase):
 TrainingJob = Annotated[
     TFJob | PyTorchJob | XGBoostJob | MPIJob | PaddleJob | JAXJob, Field(discriminator="kind")
 ]
-JOB_CLASSES: dict[str, type[_TrainingJobBase]] = {
+JOB_CLASSES: dict[str, type[_TrainingJobBase] | type[TrainJob]] = {
     c.model_fields["kind"].annotation.__args__[0]: c  # type: ignore[union-attr]
-    for c in (TFJob, PyTorchJob, XGBoostJob, MPIJob, PaddleJob, JAXJob)
+    for c in (TFJob, PyTorchJob, XGBoostJob, MPIJob, PaddleJob, JAXJob, TrainJob)
 }
-AnyJob = TFJob | PyTorchJob | XGBoostJob | MPIJob | PaddleJob | JAXJob
+AnyJob = TFJob | PyTorchJob | XGBoostJob | MPIJob | PaddleJob | JAXJob | TrainJob

@@ -13,6 +13,8 @@ from typing import Annotated
 import typer
 
 from bus.base import BusError
+from schemas.errors import JobInvalid
+from schemas.trainer_runtimes import RUNTIMES_ENV, use_runtime_dirs
 from trainhub import cli_offline, cli_operate, cli_requests, cli_submit, cli_up
 from trainhub.cli_help import examples, tidy_help
 from trainhub.cli_jobs import register as register_job_commands
@@ -49,8 +51,22 @@ def _root(
             help="More logs: -v info (start-up and stop lines, placements), -vv debug.",
         ),
     ] = 0,
+    runtimes: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--runtimes",
+            metavar="DIR",
+            help="TrainJob runtimes of your own: every (Cluster)TrainingRuntime in DIR's YAML "
+            f"files, besides the shipped ones (repeatable; or {RUNTIMES_ENV}).",
+        ),
+    ] = None,
 ) -> None:
     setup_logging(logging.WARNING - 10 * verbose)
+    if runtimes:
+        try:
+            use_runtime_dirs(runtimes)
+        except JobInvalid as exc:
+            raise fail(str(exc), code=2) from None
 
 
 cli_offline.register(app)

@@ -8,6 +8,7 @@ from workers.frameworks.mpi import MPIAdapter
 from workers.frameworks.paddle import PaddleAdapter
 from workers.frameworks.pytorch import PyTorchAdapter
 from workers.frameworks.tensorflow import TFAdapter
+from workers.frameworks.trainjob import TrainJobAdapter
 from workers.frameworks.xgboost import XGBoostAdapter
 
 ADAPTERS: dict[str, FrameworkAdapter] = {
@@ -19,6 +20,7 @@ ADAPTERS: dict[str, FrameworkAdapter] = {
         MPIAdapter(),
         PaddleAdapter(),
         JAXAdapter(),
+        TrainJobAdapter(),
     )
 }
 

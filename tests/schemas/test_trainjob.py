@@ -1,0 +1,171 @@
+"""TrainJob and (Cluster)TrainingRuntime as upstream Kubeflow Trainer v2.0.0 defines them."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from schemas.errors import JobInvalid
+from schemas.job_parsing import parse_job
+from schemas.trainer_runtimes import (
+    parse_runtime,
+    reset_runtime_catalog,
+    runtime_catalog,
+    shipped_runtimes,
+    use_runtime_dirs,
+)
+from schemas.trainjob import TrainJob
+
+RUNTIMES = Path(__file__).parent.parent / "data" / "trainer"
+
+
+def trainjob(**spec: Any) -> dict[str, Any]:
+    """Upstream's README example (a TrainJob on torch-distributed), with `spec` added."""
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "pytorch-simple", "namespace": "default"},
+        "spec": {
+            "runtimeRef": {"name": "torch-distributed"},
+            "trainer": {
+                "numNodes": 2,
+                "image": "docker.io/kubeflow/pytorch-mnist:v1-9e12c68",
+                "command": ["python", "/opt/pytorch-mnist/mnist.py", "--epochs", "1"],
+                "resourcesPerNode": {"limits": {"nvidia.com/gpu": 1}},
+            },
+            **spec,
+        },
+    }
+
+
+@pytest.fixture(autouse=True)
+def fresh_catalog() -> Iterator[None]:
+    reset_runtime_catalog()
+    yield
+    reset_runtime_catalog()
+
+
+def test_upstream_example_is_accepted_unchanged_with_upstreams_defaults() -> None:
+    document = trainjob()
+    job = parse_job(copy.deepcopy(document))
+    assert isinstance(job, TrainJob)
+    stored = job.to_document()
+    # Quantities come back as the apiserver writes them: strings.
+    assert stored["spec"]["trainer"] == {
+        **document["spec"]["trainer"],
+        "resourcesPerNode": {"limits": {"nvidia.com/gpu": "1"}},
+    }
+    # The CRD's defaults, as the apiserver writes them.
+    assert stored["spec"]["runtimeRef"] == {
+        "name": "torch-distributed",
+        "apiGroup": "trainer.kubeflow.org",
+        "kind": "ClusterTrainingRuntime",
+    }
+    assert stored["spec"]["managedBy"] == "trainer.kubeflow.org/trainjob-controller"
+    assert stored["spec"]["suspend"] is False
+    assert job.total_replicas == 2 and not job.run_policy.managed_by_trainhub
+    assert parse_job(stored).to_document() == stored
+
+
+def test_shipped_runtimes_are_upstreams_and_a_plain_one() -> None:
+    names = [r.metadata.name for r in shipped_runtimes()]
+    assert names == ["mpi-distributed", "plain-distributed", "torch-distributed"]
+    assert all(r.kind == "ClusterTrainingRuntime" for r in shipped_runtimes())
+
+
+def test_unknown_runtime_is_refused_naming_the_known_ones() -> None:
+    with pytest.raises(JobInvalid) as raised:
+        parse_job(trainjob(runtimeRef={"name": "deepspeed-distributed"}))
+    message = str(raised.value)
+    assert "'deepspeed-distributed'" in message
+    assert "known runtimes: mpi-distributed, plain-distributed, torch-distributed" in message
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        ({"managedBy": "kubeflow.org/training-operator"}, "ManagedBy must be"),
+        ({"suspend": "yes"}, "spec.suspend"),
+        ({"trainer": {"numProcPerNode": "many"}}, "must have an int value or"),
+        (
+            {"trainer": {"env": [{"name": "PET_NNODES", "value": "9"}]}},
+            "must not have reserved envs, invalid envs configured: ['PET_NNODES']",
+        ),
+        (
+            {"initializer": {"dataset": {"storageUri": "hf://tatsu-lab/alpaca"}}},
+            "must have dataset-initializer job",
+        ),
+        (
+            {"podSpecOverrides": [{"targetJobs": [{"name": "launcher"}]}]},
+            "must not have targetJob that doesn't exist",
+        ),
+        (
+            {
+                "podSpecOverrides": [
+                    {
+                        "targetJobs": [{"name": "node"}],
+                        "containers": [{"name": "node", "env": [{"name": "A", "value": "1"}]}],
+                    }
+                ]
+            },
+            "must not have envs for the dataset-initializer, model-initializer, node",
+        ),
+        ({"unknownField": 1}, "unknownField"),
+    ],
+)
+def test_upstreams_validation(spec: dict[str, Any], says: str) -> None:
+    with pytest.raises(JobInvalid) as raised:
+        parse_job(trainjob(**spec))
+    assert says in str(raised.value)
+
+
+def test_mpi_takes_an_integer_number_of_processes() -> None:
+    with pytest.raises(JobInvalid, match="must have an int value for MPI TrainJob"):
+        parse_job(
+            trainjob(runtimeRef={"name": "mpi-distributed"}, trainer={"numProcPerNode": "auto"})
+        )
+
+
+def runtime(ml_policy: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": "custom"},
+        "spec": {"mlPolicy": ml_policy, "template": {"spec": {"replicatedJobs": []}}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("ml_policy", "says"),
+    [
+        ({"torch": {}, "mpi": {}}, "Only one of the policy can be configured"),
+        (
+            {"numNodes": 2, "torch": {"elasticPolicy": {"minNodes": 1, "maxNodes": 3}}},
+            "numNodes should not be set if torch.elasticPolicy is configured",
+        ),
+        ({"torch": {"numProcPerNode": 0}}, "NumProcPerNode must be equal to auto, cpu, gpu"),
+        ({"torch": {"numProcPerNode": "tpu"}}, "NumProcPerNode must be equal to auto, cpu, gpu"),
+        ({"mpi": {"mpiImplementation": "Intel"}}, "mpiImplementation"),
+    ],
+)
+def test_runtime_cel_rules(ml_policy: dict[str, Any], says: str) -> None:
+    with pytest.raises(JobInvalid) as raised:
+        parse_runtime(runtime(ml_policy))
+    assert says in str(raised.value)
+
+
+def test_operators_runtimes_from_a_directory_namespaced_by_namespace() -> None:
+    use_runtime_dirs([RUNTIMES])
+    assert "TrainingRuntime team-a/torch-with-assets" in runtime_catalog().names()
+    ref = {"name": "torch-with-assets", "kind": "TrainingRuntime"}
+    document = trainjob(runtimeRef=ref, trainer={"numNodes": 1})
+    with pytest.raises(JobInvalid, match="not known"):
+        parse_job(document)  # a TrainingRuntime serves its own namespace only
+    document["metadata"]["namespace"] = "team-a"
+    job = parse_job(document)
+    assert isinstance(job, TrainJob)
+    assert list(job.replica_specs) == ["dataset-initializer", "model-initializer", "node"]

@@ -1,0 +1,179 @@
+"""A TrainJob rendered with each runtime. Expected values are written from upstream's
+documentation (kubeflow/trainer v2.0.0: the runtime plugins' docs and constants): torch sets
+PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK (the Job completion index), PET_MASTER_ADDR
+(node 0 of the node job) and PET_MASTER_PORT 29500 on the trainer's `node` container; MPI
+writes `<host> slots=<numProcPerNode>` per node into `<job>-mpi-hostfile`, mounted at
+/etc/mpi on the launcher, with the OpenMPI variables."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from schemas.job_parsing import parse_job
+from schemas.trainer_runtimes import reset_runtime_catalog, use_runtime_dirs
+from workers.frameworks.base import ReplicaCounts
+from workers.frameworks.trainjob import TrainJobAdapter
+from workers.rendering import PodPlan, render_job
+
+RUNTIMES = Path(__file__).parent.parent / "data" / "trainer"
+
+
+@pytest.fixture(autouse=True)
+def fresh_catalog() -> Iterator[None]:
+    reset_runtime_catalog()
+    yield
+    reset_runtime_catalog()
+
+
+def trainjob(runtime: str, namespace: str = "default", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "tj", "namespace": namespace},
+        "spec": {"runtimeRef": {"name": runtime}, "managedBy": "trainhub.io/dispatcher", **spec},
+    }
+
+
+def env(pod: PodPlan, container: str = "node") -> dict[str, str | None]:
+    found = next(c for c in pod.spec.containers if c.name == container)
+    return {e.name: e.value for e in found.env or []}
+
+
+def test_torch_distributed() -> None:
+    job = parse_job(
+        trainjob(
+            "torch-distributed",
+            trainer={
+                "numNodes": 3,
+                "image": "example/torch:1",
+                "command": ["torchrun", "train.py"],
+                "env": [{"name": "EPOCHS", "value": "2"}],
+                "resourcesPerNode": {"limits": {"cpu": "4", "memory": "2Gi"}},
+            },
+        )
+    )
+    rendered = render_job(job)
+    assert [p.name for p in rendered.pods] == ["tj-node-0-0", "tj-node-0-1", "tj-node-0-2"]
+    for rank, pod in enumerate(rendered.pods):
+        assert env(pod) == {
+            "JOB_COMPLETION_INDEX": str(rank),
+            "PET_NNODES": "3",
+            # `auto` on CPUs only: the CPU limit, as upstream's Torch plugin counts it.
+            "PET_NPROC_PER_NODE": "4",
+            "PET_NODE_RANK": str(rank),
+            "PET_MASTER_ADDR": "tj-node-0-0",
+            "PET_MASTER_PORT": "29500",
+            "EPOCHS": "2",
+        }
+        node = pod.spec.containers[0]
+        assert node.image == "example/torch:1" and node.command == ["torchrun", "train.py"]
+        assert pod.requests == {"cpu": 4, "memory": 2 * 1024**3}
+    assert rendered.pods[0].labels["training.kubeflow.org/job-role"] == "master"
+    assert [s.name for s in rendered.services] == [p.name for p in rendered.pods]
+
+
+def test_torch_numprocpernode_as_given_with_gpus() -> None:
+    job = parse_job(
+        trainjob(
+            "torch-distributed",
+            trainer={
+                "numProcPerNode": "gpu",
+                "resourcesPerNode": {"limits": {"nvidia.com/gpu": 2}},
+            },
+        )
+    )
+    (pod,) = render_job(job).pods
+    assert env(pod)["PET_NPROC_PER_NODE"] == "gpu" and env(pod)["PET_NNODES"] == "1"
+
+
+def test_mpi_distributed() -> None:
+    job = parse_job(trainjob("mpi-distributed", trainer={"numNodes": 3, "numProcPerNode": 2}))
+    rendered = render_job(job)
+    # runLauncherAsNode: the launcher is one of the 3 nodes.
+    assert [p.name for p in rendered.pods] == ["tj-launcher-0-0", "tj-node-0-0", "tj-node-0-1"]
+    (hostfile,) = rendered.config_maps
+    assert hostfile.name == "tj-mpi-hostfile"
+    assert hostfile.data == {
+        "hostfile": "tj-launcher-0-0 slots=2\ntj-node-0-0 slots=2\ntj-node-0-1 slots=2\n"
+    }
+    launcher = rendered.pods[0]
+    assert env(launcher) == {
+        "JOB_COMPLETION_INDEX": "0",
+        "OMPI_MCA_orte_default_hostfile": "/etc/mpi/hostfile",
+        "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
+        "OMPI_MCA_orte_set_default_slots": "2",
+        "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10",
+    }
+    mounts = (launcher.spec.containers[0].model_extra or {})["volumeMounts"]
+    assert {"name": "mpi-hostfile", "mountPath": "/etc/mpi"} in mounts
+    assert launcher.labels["training.kubeflow.org/job-role"] == "master"
+    assert "OMPI_MCA_orte_default_hostfile" not in env(rendered.pods[1])
+    # The runtime's successPolicy: the launcher's completion completes the TrainJob.
+    adapter = TrainJobAdapter()
+    done = {"launcher": ReplicaCounts(expected=1, succeeded=1), "node": ReplicaCounts(expected=2)}
+    assert adapter.succeeded(job, done)
+
+
+def test_plain_distributed() -> None:
+    job = parse_job(trainjob("plain-distributed", trainer={"numNodes": 2, "command": ["python"]}))
+    rendered = render_job(job)
+    assert [env(p) for p in rendered.pods] == [
+        {"JOB_COMPLETION_INDEX": "0"},
+        {"JOB_COMPLETION_INDEX": "1"},
+    ]
+    adapter = TrainJobAdapter()
+    assert not adapter.succeeded(job, {"node": ReplicaCounts(expected=2, succeeded=1)})
+    assert adapter.succeeded(job, {"node": ReplicaCounts(expected=2, succeeded=2)})
+
+
+def test_initializers_come_first_and_overrides_apply() -> None:
+    use_runtime_dirs([RUNTIMES])
+    job = parse_job(
+        trainjob(
+            "torch-with-assets",
+            namespace="team-a",
+            runtimeRef={"name": "torch-with-assets", "kind": "TrainingRuntime"},
+            initializer={
+                "dataset": {"storageUri": "https://data.internal/set.tar"},
+                "model": {"storageUri": "pvc://models/llama", "env": [{"name": "X", "value": "1"}]},
+            },
+            trainer={"numNodes": 2, "resourcesPerNode": {"requests": {"cpu": "1"}}},
+            podSpecOverrides=[
+                {
+                    "targetJobs": [{"name": "node"}],
+                    "nodeSelector": {"pool": "train"},
+                    "tolerations": [{"key": "gpu", "operator": "Exists"}],
+                    "volumes": [{"name": "scratch", "emptyDir": {}}],
+                    "containers": [
+                        {"name": "sidecar", "env": [{"name": "S", "value": "on"}]},
+                    ],
+                }
+            ],
+        )
+    )
+    rendered = render_job(job)
+    assert [p.name for p in rendered.pods] == [
+        "tj-dataset-initializer-0-0",
+        "tj-model-initializer-0-0",
+        "tj-node-0-0",
+        "tj-node-0-1",
+    ]
+    dataset, model, node, _ = rendered.pods
+    assert env(dataset, "dataset-initializer") == {
+        "JOB_COMPLETION_INDEX": "0",
+        "STORAGE_URI": "https://data.internal/set.tar",
+    }
+    assert env(model, "model-initializer")["STORAGE_URI"] == "pvc://models/llama"
+    assert env(model, "model-initializer")["X"] == "1"
+    assert env(node)["PET_NPROC_PER_NODE"] == "1" and env(node)["PET_NNODES"] == "2"
+    assert node.spec.nodeSelector == {"pool": "train"}
+    assert node.spec.tolerations is not None and node.spec.tolerations[0].key == "gpu"
+    assert (node.spec.model_extra or {})["volumes"] == [{"name": "scratch", "emptyDir": {}}]
+    assert env(node, "sidecar") == {"S": "on"}
+    assert dataset.spec.nodeSelector is None
+    # The hub's demand: numNodes x resourcesPerNode plus the initializers' pods.
+    assert job.total_replicas == 4 and job.replicas_of("node") == 2
