@@ -130,8 +130,21 @@ def scheduler_config(plugins: SchedulerPlugins, kubeconfig: Path) -> dict[str, A
     return config
 
 
+RETRY_UNSCHEDULABLE = "20s"
+"""How long a pod Coscheduling refused waits before it is tried again. Coscheduling requeues
+refused pods only on a new pod or a PodGroup change, and the sandbox runs no PodGroup
+controller (whose status updates are those changes): without this a gang waiting for room
+that another gang has just freed would wait kube-scheduler's 5 minutes."""
+
+
 def scheduler_args(plugins: SchedulerPlugins, config: Path) -> list[str]:
-    return [str(plugins.scheduler), f"--config={config}", "--secure-port=0", "--v=2"]
+    return [
+        str(plugins.scheduler),
+        f"--config={config}",
+        "--secure-port=0",
+        f"--pod-max-in-unschedulable-pods-duration={RETRY_UNSCHEDULABLE}",
+        "--v=2",
+    ]
 
 
 def scheduler_rbac(user: str) -> list[tuple[str, dict[str, Any]]]:
