@@ -4,12 +4,13 @@ it (its schedulerName, the group label or annotations)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal, cast, get_args
 
 from schemas.kubeflow import AnyJob
+from schemas.pod import Container
 from schemas.quantity import QuantityError, format_quantity, parse_quantity
 
 GangSchedulerKind = Literal["volcano", "scheduler-plugins"]
@@ -129,8 +130,7 @@ class PodGroupPlan:
             return set()
         if self.min_member >= sum(m.replicas for m in self.members):
             return set()
-        names = {m.priority_class for m in self.members if m.priority_class}
-        return names if len(names) > 0 else set()
+        return {m.priority_class for m in self.members if m.priority_class}
 
     def resources(self, priorities: Mapping[str, int] | None = None) -> dict[str, Decimal]:
         """minResources: the job's, or the requests of its first `min_member` pods, replica
@@ -213,7 +213,7 @@ def _comparable(spec: Mapping[str, Any]) -> dict[str, Any]:
     return result
 
 
-def pod_requests(containers: Any) -> dict[str, Decimal]:
+def pod_requests(containers: Iterable[Container]) -> dict[str, Decimal]:
     """One pod's resources as upstream's `AddResourceList` sums them: per container its
     requests, or its limits when it gives no requests at all (init containers not counted)."""
     total: dict[str, Decimal] = {}

@@ -273,3 +273,9 @@ def test_render_shows_the_pod_group(tmp_path: Any) -> None:
     assert group["spec"]["minMember"] == 2
     refused = CliRunner().invoke(app, ["render", str(path), "--gang-scheduler", "yunikorn"])
     assert refused.exit_code == 2
+
+
+def test_up_refuses_a_gang_scheduler_without_real_clusters() -> None:
+    result = CliRunner().invoke(app, ["up", "--gang-scheduler", "volcano"])
+    assert result.exit_code == 2
+    assert "--sandbox" in result.output
