@@ -2,7 +2,8 @@
 two jobs whose gangs each fit the cluster alone but not together both reach it (two workers,
 as two hubs' would, each sure the room is free). Without PodGroups kube-scheduler binds their
 pods one by one and both hold part of what they need; with them one runs whole and the other
-waits with none of its pods bound, then runs whole once the first is gone."""
+waits with none of its pods bound, then runs whole once the first is gone. And a job through
+a hub and its worker: its group made before its pods, gone once it succeeded."""
 
 from __future__ import annotations
 
@@ -13,10 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
+from bus.memory import MemoryBus
+from bus.topics import Topics
+from dispatcher.hub import Hub, HubConfig
 from schemas.job_parsing import parse_job
+from schemas.status import JobPhase
 from tests.kube.conftest import _BUILD_ERROR, _missing_go
 from tests.kube.sandbox_access import admin_request, job_objects
+from trainhub.producer import follow_status, submit_document
 from trainhub_sandbox.kube_build import build_kube_binaries
 from trainhub_sandbox.kube_cluster import (
     KubeSandbox,
@@ -31,6 +38,7 @@ from workers.backends.kube import KubeBackend
 from workers.backends.kube_client import KubeConflict
 from workers.gang_scheduling import SCHEDULER_PLUGINS_GROUP_LABEL, GangScheduling
 from workers.rendering import RenderedJob, render_job
+from workers.worker import Worker, WorkerConfig
 
 pytestmark = pytest.mark.kube
 
@@ -96,8 +104,8 @@ async def two_workers(
             await backend.close()
 
 
-def _job(name: str, gang: GangScheduling | None) -> RenderedJob:
-    template = {
+def _document(name: str, duration: str | None = None) -> dict[str, Any]:
+    template: dict[str, Any] = {
         "spec": {
             "containers": [
                 {
@@ -108,18 +116,24 @@ def _job(name: str, gang: GangScheduling | None) -> RenderedJob:
             ]
         }
     }
-    document: dict[str, Any] = {
+    if duration is not None:
+        template["metadata"] = {"annotations": {"trainhub.io/sim-duration": duration}}
+    return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
         "metadata": {"name": name, "namespace": "default"},
         "spec": {
+            "runPolicy": {"managedBy": "trainhub.io/dispatcher"},
             "pytorchReplicaSpecs": {
                 "Master": {"replicas": 1, "template": template},
                 "Worker": {"replicas": PODS_PER_JOB - 1, "template": template},
-            }
+            },
         },
     }
-    return render_job(parse_job(document), gang=gang)
+
+
+def _job(name: str, gang: GangScheduling | None) -> RenderedJob:
+    return render_job(parse_job(_document(name)), gang=gang)
 
 
 async def _submit_interleaved(pairs: list[tuple[KubeBackend, RenderedJob]]) -> None:
@@ -235,3 +249,49 @@ async def test_a_changed_job_updates_its_group_and_another_s_group_is_refused(
     await backend.delete_job(rendered.job.uid, "default")
     status, _ = await _pod_group(cluster, "resized")
     assert status == 404
+
+
+async def test_a_job_through_hub_and_worker_runs_in_its_group_which_goes_when_it_succeeds(
+    cluster: MemberCluster,
+) -> None:
+    bus, topics, registry = MemoryBus(), Topics(), CollectorRegistry()
+    hub = Hub(bus, topics, HubConfig(max_heartbeat_age=10), registry=registry)
+    config = WorkerConfig(
+        cluster=cluster.name,
+        heartbeat_interval=0.5,
+        namespaces=list(cluster.worker_namespaces),
+        gang_scheduler="scheduler-plugins",
+    )
+    worker = Worker(
+        bus, _backend(cluster, config.gang_scheduling), config, topics, registry=registry
+    )
+    await bus.start()
+    await hub.start()
+    await worker.start()
+    try:
+        uid = await submit_document(bus, topics, _document("through-hub", duration="3s"))
+        phases: list[JobPhase] = []
+        async with asyncio.timeout(60):
+            async for update in follow_status(bus, topics, {uid}):
+                phases.append(update.phase)
+                if update.phase == JobPhase.RUNNING:
+                    status, group = await _pod_group(cluster, "through-hub")
+                    assert status == 200, group
+                    assert group["spec"]["minMember"] == PODS_PER_JOB
+                    pods = await job_objects(cluster, "pods", uid)
+                    labels = {p["metadata"]["labels"][SCHEDULER_PLUGINS_GROUP_LABEL] for p in pods}
+                    assert labels == {"through-hub"}
+                if update.phase.finished:
+                    break
+        assert phases[-1] == JobPhase.SUCCEEDED, phases
+        assert JobPhase.RUNNING in phases
+
+        async def group_gone() -> bool:
+            return (await _pod_group(cluster, "through-hub"))[0] == 404
+
+        await _until(group_gone, 10, "the PodGroup of the finished job to go")
+        await worker.backend.delete_job(uid, "default")
+    finally:
+        await worker.stop()
+        await hub.stop()
+        await bus.close()
