@@ -105,6 +105,7 @@ def _sandbox_workers(
             kubeconfig=Path(c["workerKubeconfig"]),
             context=c["workerContext"],
             namespaces=list(c["namespaces"]),
+            gang_scheduling=settings.worker_config(c["name"]).gang_scheduling,
         )
         for c in state.clusters
     }

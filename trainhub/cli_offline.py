@@ -26,6 +26,7 @@ from trainhub.console_view import decision_table
 from trainhub.job_checks import read_job_files
 from trainhub.sdk import AsyncTrainHubClient
 from trainhub.settings import TrainhubSettings
+from workers.gang_scheduling import GangScheduling
 from workers.rendering import render_job
 
 
@@ -42,6 +43,7 @@ def register(app: typer.Typer) -> None:
         epilog=examples(
             "trainhub render examples/jax-mnist-spmd/jaxjob.yaml",
             "trainhub render job.yaml -o json",
+            "trainhub render job.yaml --gang-scheduler scheduler-plugins",
         )
     )(render)
     app.command(
@@ -56,16 +58,34 @@ def register(app: typer.Typer) -> None:
 def render(
     job_file: Annotated[Path, typer.Argument(help="Job YAML/JSON (kubeflow.org/v1).")],
     output: Annotated[ManifestFormat, typer.Option("-o", "--output")] = ManifestFormat.yaml,
+    gang_scheduler: Annotated[
+        str | None,
+        typer.Option(
+            "--gang-scheduler",
+            help="As a worker with this gang scheduler (volcano or scheduler-plugins): the "
+            "job's PodGroup too, and pods that join it.",
+        ),
+    ] = None,
+    gang_scheduler_name: Annotated[
+        str | None,
+        typer.Option(help="With --gang-scheduler: the pods' schedulerName."),
+    ] = None,
 ) -> None:
     """Print the Kubernetes objects a worker would create for the jobs (no cluster needed).
 
     Every valid job of the file is rendered; each document the hub would reject is named on
-    stderr with the reason, and then the exit code is 1."""
+    stderr with the reason, and then the exit code is 1. A PodGroup's minResources orders
+    replica types by PriorityClass value as if none of the classes existed (a worker reads
+    them from its cluster)."""
+    try:
+        gang = GangScheduling.of(gang_scheduler, gang_scheduler_name)
+    except ValueError as exc:
+        raise fail(str(exc), code=2) from None
     found = read_job_files([job_file])
     objects: list[dict[str, Any]] = []
     for job in found.jobs:
         try:
-            objects.extend(render_job(job).manifests())
+            objects.extend(render_job(job, gang=gang).manifests())
         except ContractError as exc:
             found.problems.append(f"{job.kind} {job.key}: {exc}")
     if objects:  # every job has pods: none rendered, nothing to print

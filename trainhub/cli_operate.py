@@ -25,6 +25,7 @@ from trainhub.producer import ClusterStillReporting, retire_cluster
 from trainhub.settings import TrainhubSettings
 from workers.backends.registry import BACKENDS, spoken
 from workers.cluster_spec import check_cluster_name
+from workers.gang_scheduling import GANG_SCHEDULERS
 
 
 def register(app: typer.Typer) -> None:
@@ -47,6 +48,7 @@ def register(app: typer.Typer) -> None:
         epilog=examples(
             "trainhub member-rbac -n default -n team-a --user trainhub-worker",
             "trainhub member-rbac --service-account trainhub/east-worker",
+            "trainhub member-rbac -n team-a --gang-scheduler scheduler-plugins",
         ),
     )(member_rbac_command)
     app.command(
@@ -121,6 +123,13 @@ def member_rbac_command(
     service_account: Annotated[
         str | None, typer.Option(help="The worker's ServiceAccount instead: NAMESPACE/NAME.")
     ] = None,
+    gang_scheduler: Annotated[
+        str | None,
+        typer.Option(
+            "--gang-scheduler",
+            help="The worker's --gang-scheduler (volcano or scheduler-plugins): its PodGroups too.",
+        ),
+    ] = None,
 ) -> None:
     """Print the RBAC a worker's identity needs in its member cluster.
 
@@ -143,7 +152,9 @@ def member_rbac_command(
         if not name.strip():
             raise fail("--user must not be blank")
         subject = member_rbac.user(name)
-    objects = member_rbac.manifests(namespaces, subject)
+    if gang_scheduler is not None and gang_scheduler not in GANG_SCHEDULERS:
+        raise fail(f"--gang-scheduler {gang_scheduler!r}: {' or '.join(GANG_SCHEDULERS)}")
+    objects = member_rbac.manifests(namespaces, subject, gang_scheduler)
     sys.stdout.write(yaml.safe_dump_all(objects, sort_keys=False))
 
 
@@ -215,6 +226,7 @@ def worker(
             context=context,
             logs_dir=logs_dir,
             namespaces=namespace,
+            gang_scheduling=settings.worker_config(cluster).gang_scheduling,
         )
         check_metrics_port(settings)
     except ValueError as exc:

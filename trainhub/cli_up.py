@@ -110,6 +110,8 @@ def up(
             )
         if exit_on_finish and not job_files:
             raise ValueError("--exit-on-finish waits for the jobs given: name at least one file")
+        if settings.gang_scheduler is not None and not sandbox:
+            raise ValueError("--gang-scheduler needs real clusters: use --sandbox")
         check_metrics_port(settings)
     except ValueError as exc:
         raise fail(str(exc), code=2) from None

@@ -28,6 +28,7 @@ from workers.backends.registry import (
     spoken,
 )
 from workers.cluster_spec import ClusterSpec, parse_cluster_spec
+from workers.gang_scheduling import GangScheduling
 from workers.worker import Worker
 
 
@@ -78,6 +79,7 @@ def make_worker_backend(
     context: str | None = None,
     logs_dir: Path | None = None,
     namespaces: list[str] | None = None,
+    gang_scheduling: GangScheduling | None = None,
 ) -> Backend:
     """The backend of a standalone `trainhub worker` process."""
     chosen = backend_kind(kind)
@@ -93,6 +95,7 @@ def make_worker_backend(
         kubeconfig=kubeconfig,
         context=context,
         namespaces=namespaces,
+        gang_scheduling=gang_scheduling,
     )
     return chosen.build(request)
 

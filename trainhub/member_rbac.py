@@ -2,13 +2,17 @@
 services and configmaps (and pod logs, and events), and the ServiceAccount, Role and
 RoleBinding of an MPIJob's launcher, only in the allowed namespaces (every namespace when the
 worker accepts jobs for all); read-only nodes; and read-only pods cluster-wide, because a
-node's free capacity depends on everyone's pods. `trainhub member-rbac` prints them for a real
-cluster; the sandbox creates them for its worker user."""
+node's free capacity depends on everyone's pods. With a gang scheduler, also its PodGroups in
+those namespaces and read-only PriorityClasses (they order a PodGroup's minResources).
+`trainhub member-rbac` prints them for a real cluster; the sandbox creates them for its worker
+user."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from typing import Any
+
+from workers.gang_scheduling import POD_GROUP_APIS
 
 WORKER_USER = "trainhub-worker"
 _RBAC = "rbac.authorization.k8s.io/v1"
@@ -17,10 +21,14 @@ _RBAC_PATH = f"/apis/{_RBAC}"
 _WORKER_ROLE = "trainhub-worker"
 _WORKER_NODE_ROLE = "trainhub-worker-nodes"
 _WORKER_POD_READER_ROLE = "trainhub-worker-pod-reader"
+_WORKER_PRIORITY_READER_ROLE = "trainhub-worker-priority-classes"
 _READ = ["get", "list", "watch"]
 _WRITE = ["create", "get", "list", "watch", "delete", "patch"]
 _CREATE_AND_DELETE = ["create", "list", "delete"]
 """Objects created once per job (409 means done) and deleted with it, found by label."""
+_POD_GROUP_VERBS = ["create", "get", "list", "update", "delete"]
+"""A job's PodGroup: created before its pods, read and replaced when it exists already with
+another spec, deleted with the job (found by label)."""
 
 
 def namespace_manifest(name: str) -> dict[str, Any]:
@@ -40,38 +48,54 @@ def service_account(namespace: str, name: str) -> Subject:
 
 
 def worker_rbac(
-    namespaces: Sequence[str], subject: Subject | None = None
+    namespaces: Sequence[str],
+    subject: Subject | None = None,
+    gang_scheduler: str | None = None,
 ) -> Iterator[tuple[str, dict[str, Any]]]:
     """(collection path, object) pairs that grant the worker what it needs and no more; no
-    `namespaces`: the namespaced rights in every namespace (a worker accepting all)."""
+    `namespaces`: the namespaced rights in every namespace (a worker accepting all);
+    `gang_scheduler` (volcano or scheduler-plugins): its PodGroups too."""
     subject = subject or user(WORKER_USER)
-    for role_name, resource in ((_WORKER_NODE_ROLE, "nodes"), (_WORKER_POD_READER_ROLE, "pods")):
+    readers = [
+        (_WORKER_NODE_ROLE, _rule("nodes", _READ)),
+        (_WORKER_POD_READER_ROLE, _rule("pods", _READ)),
+    ]
+    if gang_scheduler is not None:
+        readers.append(
+            (
+                _WORKER_PRIORITY_READER_ROLE,
+                _rule("priorityclasses", ["get"], group="scheduling.k8s.io"),
+            )
+        )
+    for role_name, rule in readers:
         role = _object(_RBAC, "ClusterRole", role_name)
-        role["rules"] = [_rule(resource, _READ)]
+        role["rules"] = [rule]
         yield f"{_RBAC_PATH}/clusterroles", role
         binding = _binding("ClusterRoleBinding", role_name, None, subject)
         yield f"{_RBAC_PATH}/clusterrolebindings", binding
     if not namespaces:
         role = _object(_RBAC, "ClusterRole", _WORKER_ROLE)
-        role["rules"] = _namespaced_rules()
+        role["rules"] = _namespaced_rules(gang_scheduler)
         yield f"{_RBAC_PATH}/clusterroles", role
         binding = _binding("ClusterRoleBinding", _WORKER_ROLE, None, subject)
         yield f"{_RBAC_PATH}/clusterrolebindings", binding
     for namespace in namespaces:
         role = _object(_RBAC, "Role", _WORKER_ROLE, namespace)
-        role["rules"] = _namespaced_rules()
+        role["rules"] = _namespaced_rules(gang_scheduler)
         yield f"{_RBAC_PATH}/namespaces/{namespace}/roles", role
         binding = _binding("RoleBinding", _WORKER_ROLE, namespace, subject)
         yield f"{_RBAC_PATH}/namespaces/{namespace}/rolebindings", binding
 
 
-def manifests(namespaces: Sequence[str], subject: Subject) -> list[dict[str, Any]]:
+def manifests(
+    namespaces: Sequence[str], subject: Subject, gang_scheduler: str | None = None
+) -> list[dict[str, Any]]:
     """The objects of `worker_rbac`, to apply with kubectl."""
-    return [body for _, body in worker_rbac(namespaces, subject)]
+    return [body for _, body in worker_rbac(namespaces, subject, gang_scheduler)]
 
 
-def _namespaced_rules() -> list[dict[str, Any]]:
-    return [
+def _namespaced_rules(gang_scheduler: str | None = None) -> list[dict[str, Any]]:
+    rules = [
         _rule("pods", _WRITE),
         _rule("services", _WRITE),
         # MPIJob's hostfile; created before the pods, its host discovery script patched as
@@ -91,6 +115,10 @@ def _namespaced_rules() -> list[dict[str, Any]]:
         # pods with any command here. So the worker holds the launcher's permission itself.
         _rule("pods/exec", ["create"]),
     ]
+    if gang_scheduler is not None:
+        api = POD_GROUP_APIS[gang_scheduler]
+        rules.append(_rule(api.plural, _POD_GROUP_VERBS, group=api.group))
+    return rules
 
 
 def _object(api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:

@@ -85,6 +85,18 @@ class TrainhubSettings(BaseSettings):
         "deletes the jobs no longer assigned to it before reporting again (default: three "
         "heartbeat intervals; keep it below the hub's max_heartbeat_age).",
     )
+    gang_scheduler: Literal["volcano", "scheduler-plugins"] | None = Field(
+        default=None,
+        description="Worker (kube backend): give each job a PodGroup of this gang scheduler "
+        "(volcano or scheduler-plugins) before its pods, which ask for that scheduler, as the "
+        "Training Operator's --gang-scheduler-name does.",
+    )
+    gang_scheduler_name: str | None = Field(
+        default=None,
+        max_length=253,
+        description="Worker: the schedulerName of the gang scheduler (default volcano, or "
+        "scheduler-plugins-scheduler); a pod template's own schedulerName is kept.",
+    )
 
     placement: dict[str, Any] = Field(
         default_factory=dict,

@@ -34,6 +34,7 @@ sandbox_app = typer.Typer(
         "trainhub sandbox up --brokers 3 --clusters 2",
         "trainhub sandbox up --clusters-file clusters.yaml",
         "trainhub sandbox up --acls --acl-clusters east,west",
+        "trainhub sandbox up --clusters 1 --gang-scheduler scheduler-plugins",
     ),
 )
 def sandbox_up_command(
@@ -66,6 +67,15 @@ def sandbox_up_command(
             "(default: the member clusters, or cluster-1)."
         ),
     ] = "",
+    gang_scheduler: Annotated[
+        str | None,
+        typer.Option(
+            "--gang-scheduler",
+            help="scheduler-plugins: every member cluster also runs scheduler-plugins' "
+            "scheduler (Coscheduling, schedulerName scheduler-plugins-scheduler) with its "
+            "PodGroup CRD; built from its Go module on first use (minutes, then cached).",
+        ),
+    ] = None,
 ) -> None:
     """Start the sandbox; it keeps running until `trainhub sandbox down`."""
     from trainhub_sandbox.control import sandbox_up
@@ -73,8 +83,17 @@ def sandbox_up_command(
     served = [c.strip() for c in acl_clusters.split(",") if c.strip()]
     if served and not acls:
         raise fail("--acl-clusters needs --acls")
+    if gang_scheduler not in (None, "scheduler-plugins"):
+        raise fail(f"--gang-scheduler {gang_scheduler!r}: the sandbox runs scheduler-plugins")
     try:
-        state = sandbox_up(clusters, clusters_file, acls=acls, acl_clusters=served, brokers=brokers)
+        state = sandbox_up(
+            clusters,
+            clusters_file,
+            acls=acls,
+            acl_clusters=served,
+            brokers=brokers,
+            gang_scheduler=gang_scheduler,
+        )
     except (SandboxError, OSError, ValueError) as exc:
         raise fail(str(exc)) from None
     if acls:
@@ -87,7 +106,8 @@ def sandbox_up_command(
         )
     _print_brokers(state.kafka)
     for cluster in state.clusters:
-        console.print(f"cluster {cluster['name']}: kubeconfig {cluster['kubeconfig']}")
+        gangs = f" (gang scheduler {cluster['gangScheduler']})" if cluster["gangScheduler"] else ""
+        console.print(f"cluster {cluster['name']}: kubeconfig {cluster['kubeconfig']}{gangs}")
 
 
 @sandbox_app.command(

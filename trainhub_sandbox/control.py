@@ -8,7 +8,7 @@ import os
 import shutil
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,7 @@ def sandbox_up(
     acls: bool = False,
     acl_clusters: Sequence[str] = (),
     brokers: int = 1,
+    gang_scheduler: str | None = None,
 ) -> SandboxState:
     """Start the broker (with a SCRAM user) and `count` member clusters; refuse if running.
 
@@ -94,7 +95,10 @@ def sandbox_up(
     `acls`: the broker authorises every request; the SCRAM user is its only super user, and
     the hub, the producers and a worker per cluster (`acl_clusters`, else the member
     clusters, else `cluster-1`) get users of their own with exactly their role's ACLs and
-    a `--config` file each (kafka/users/<user>.yaml)."""
+    a `--config` file each (kafka/users/<user>.yaml).
+
+    `gang_scheduler` (`scheduler-plugins`): every member cluster also runs scheduler-plugins'
+    scheduler with Coscheduling, and its worker identity may make PodGroups."""
     root = sandbox_dir()
     existing = read_state(root)
     if brokers < 1:
@@ -108,6 +112,8 @@ def sandbox_up(
     root.mkdir(parents=True)
     password = os.urandom(12).hex()
     specs = cluster_plans(count, clusters_file)
+    if gang_scheduler is not None:
+        specs = [replace(spec, gang_scheduler=gang_scheduler) for spec in specs]
     served = list(acl_clusters) or [spec.name for spec in specs] or ["cluster-1"]
     users = role_users(served) if acls else []
     passwords = {SCRAM_USER: password, **{user.name: os.urandom(12).hex() for user in users}}
@@ -161,6 +167,7 @@ def sandbox_up(
                     "workerKubeconfig": str(cluster.worker_kubeconfig),
                     "workerContext": cluster.worker_context,
                     "namespaces": list(cluster.worker_namespaces),
+                    "gangScheduler": cluster.gang_scheduler,
                 }
             )
     state = SandboxState(kafka=kafka, clusters=clusters)

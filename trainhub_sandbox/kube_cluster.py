@@ -41,6 +41,15 @@ from trainhub_sandbox.kube_model import (
     write_state,
 )
 from trainhub_sandbox.processes import SandboxProcess, free_ports, is_running, spawn
+from trainhub_sandbox.scheduler_plugins import (
+    GANG_SCHEDULER,
+    PROCESS_NAME,
+    SchedulerPlugins,
+    build_scheduler_plugins,
+    scheduler_args,
+    scheduler_config,
+    scheduler_rbac,
+)
 
 __all__ = [
     "DEFAULT_STAGES",
@@ -295,6 +304,11 @@ def _start_clusters(
     stages: Path,
     deadline: float,
 ) -> None:
+    gangs = {spec.gang_scheduler for spec in specs} - {None}
+    if gangs - {GANG_SCHEDULER}:
+        raise SandboxError(f"the sandbox runs scheduler-plugins, not {', '.join(map(str, gangs))}")
+    # Built (or found in the cache) before any apiserver starts: its first build takes minutes.
+    plugins = build_scheduler_plugins() if gangs else None
     keys = _service_account_keys(sandbox.workdir)
     pending = [_launch_apiserver(sandbox, spec, bins, keys, deadline) for spec in specs]
     for cluster in pending:
@@ -304,8 +318,8 @@ def _start_clusters(
         _wait_until(
             partial(_apiserver_ready, admin, ca_file), deadline, cluster.apiserver, "/readyz"
         )
-        _bootstrap(admin, cluster.spec)
-    launched = [_launch_workers(sandbox, cluster, bins, stages) for cluster in pending]
+        _bootstrap(admin, cluster.spec, plugins, deadline)
+    launched = [_launch_workers(sandbox, cluster, bins, stages, plugins) for cluster in pending]
     for member in launched:
         _wait_until(
             partial(_nodes_ready, ApiClient.for_cluster(member), member.node_names),
@@ -360,9 +374,14 @@ def _launch_apiserver(
 
 
 def _launch_workers(
-    sandbox: KubeSandbox, cluster: _Pending, bins: KubeBinaries, stages: Path
+    sandbox: KubeSandbox,
+    cluster: _Pending,
+    bins: KubeBinaries,
+    stages: Path,
+    plugins: SchedulerPlugins | None = None,
 ) -> MemberCluster:
-    """Write the kubeconfigs, then start kube-scheduler and kwok against the ready apiserver."""
+    """Write the kubeconfigs, then start kube-scheduler (and scheduler-plugins' beside it,
+    where the plan asks for gangs) and kwok against the ready apiserver."""
     name, cluster_dir, tokens = cluster.spec.name, cluster.dir, cluster.tokens
     server = f"https://127.0.0.1:{cluster.port}"
     ca_file = cluster_dir / "certs" / "apiserver.crt"
@@ -378,6 +397,18 @@ def _launch_workers(
         _scheduler_args(bins, kubeconfigs["scheduler"], scheduler_port),
         cluster_dir / "kube-scheduler.log",
     )
+    schedulers = [scheduler]
+    if cluster.spec.gang_scheduler == GANG_SCHEDULER and plugins is not None:
+        config = cluster_dir / "scheduler-plugins.yaml"
+        config.write_text(yaml.safe_dump(scheduler_config(plugins, kubeconfigs["scheduler"])))
+        schedulers.append(
+            _spawn(
+                sandbox,
+                PROCESS_NAME,
+                scheduler_args(plugins, config),
+                cluster_dir / "scheduler-plugins.log",
+            )
+        )
     kwok = _spawn(
         sandbox,
         "kwok",
@@ -397,7 +428,8 @@ def _launch_workers(
         worker_context=f"{name}-worker",
         worker_namespaces=cluster.spec.worker_namespaces,
         node_names=tuple(node["metadata"]["name"] for node in node_manifests(cluster.spec)),
-        processes=(cluster.apiserver, scheduler, kwok),
+        processes=(cluster.apiserver, *schedulers, kwok),
+        gang_scheduler=cluster.spec.gang_scheduler,
     )
 
 
@@ -467,14 +499,46 @@ def _write_kubeconfig(
 # --- objects created through the API ---------------------------------------------------------
 
 
-def _bootstrap(admin: ApiClient, spec: MemberClusterPlan) -> None:
-    """Namespaces, the worker's RBAC and the fake nodes."""
+def _bootstrap(
+    admin: ApiClient,
+    spec: MemberClusterPlan,
+    plugins: SchedulerPlugins | None = None,
+    deadline: float = 0.0,
+) -> None:
+    """Namespaces, the worker's RBAC and the fake nodes; with gangs, the PodGroup CRD (once
+    established) and the second scheduler's RBAC."""
+    gangs = spec.gang_scheduler == GANG_SCHEDULER and plugins is not None
+    if gangs:
+        assert plugins is not None
+        for crd in plugins.crd_manifests():
+            _install_crd(admin, crd, deadline)
+        for path, body in scheduler_rbac(_SCHEDULER_USER):
+            admin.ensure(path, body)
     for namespace in spec.worker_namespaces:
         admin.ensure("/api/v1/namespaces", namespace_manifest(namespace))
-    for path, body in worker_rbac(spec.worker_namespaces):
+    for path, body in worker_rbac(spec.worker_namespaces, gang_scheduler=spec.gang_scheduler):
         admin.ensure(path, body)
     for node in node_manifests(spec):
         admin.ensure("/api/v1/nodes", node)
+
+
+def _install_crd(admin: ApiClient, crd: Mapping[str, Any], deadline: float) -> None:
+    """Create the CRD and wait until the apiserver serves it (Established)."""
+    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    admin.ensure(path, crd)
+    name = crd["metadata"]["name"]
+
+    def established() -> bool:
+        status, reply = admin.request("GET", f"{path}/{name}")
+        conditions = (reply.get("status") or {}).get("conditions") or []
+        return status == 200 and any(
+            c.get("type") == "Established" and c.get("status") == "True" for c in conditions
+        )
+
+    while not established():
+        if time.monotonic() > deadline:
+            raise SandboxError(f"CRD {name} not established in time")
+        time.sleep(_POLL_SECONDS)
 
 
 def _taint(taint: NodeTaint) -> dict[str, str]:

@@ -50,6 +50,9 @@ class MemberClusterPlan:
     worker_namespaces: tuple[str, ...] = ("default",)
     apiserver_args: tuple[str, ...] = ()
     """Extra kube-apiserver flags, e.g. `--watch-cache=false` to serve watches from etcd."""
+    gang_scheduler: str | None = None
+    """`scheduler-plugins`: its PodGroup CRD installed, its scheduler (Coscheduling) running
+    beside kube-scheduler, and the worker identity allowed PodGroups."""
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> MemberClusterPlan:
@@ -63,7 +66,11 @@ class MemberClusterPlan:
         namespaces = tuple(data.get("worker_namespaces", ("default",)))
         extra = tuple(data.get("apiserver_args", ()))
         return cls(
-            name=data["name"], pools=pools, worker_namespaces=namespaces, apiserver_args=extra
+            name=data["name"],
+            pools=pools,
+            worker_namespaces=namespaces,
+            apiserver_args=extra,
+            gang_scheduler=data.get("gang_scheduler"),
         )
 
 
@@ -83,6 +90,8 @@ class MemberCluster:
     worker_namespaces: tuple[str, ...]
     node_names: tuple[str, ...]
     processes: tuple[SandboxProcess, ...]
+    gang_scheduler: str | None = None
+    """The gang scheduler running there (`scheduler-plugins`), if any."""
 
 
 @dataclass
@@ -97,7 +106,7 @@ class KubeSandbox:
     """What this Python process started for it: stopped again if the start fails."""
 
     def processes(self) -> list[SandboxProcess]:
-        """Every process, in the order to stop them: kwok, scheduler, apiserver; etcd last."""
+        """Every process, in the order to stop them: kwok, schedulers, apiserver; etcd last."""
         ordered = [p for c in self.clusters.values() for p in reversed(c.processes)]
         return [*ordered, self.etcd]
 

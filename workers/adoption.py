@@ -34,6 +34,7 @@ def assigned_run(assigned: JobAssigned, backend: Backend, cluster: str) -> JobRu
         backend.network(),
         attempt=assigned.attempt,
         wait_for_master=backend.init_containers,
+        gang=backend.gang_scheduling,
     )
     return JobRun(rendered, cluster, assigned.attempt, conditions=assigned.conditions)
 

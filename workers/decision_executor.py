@@ -1,5 +1,6 @@
 """Carrying out what a `JobRun` decides: the cluster's objects made and deleted (ConfigMaps,
-access objects, pods with their Services), the status told, the run's next timer set.
+access objects, the PodGroup, pods with their Services), the status told, the run's next
+timer set.
 
 The steps of a decision are taken off it as they are done, and a job's decisions wait in a
 queue: work that a transient refusal interrupted goes on where it stopped, before that job's
@@ -62,6 +63,9 @@ class DecisionExecutor:
         them) before that job's next one."""
         self._unprepared: set[str] = set()
         """Jobs whose ConfigMaps and access objects are not all made yet."""
+        self._grouped: set[str] = set()
+        """Jobs whose PodGroup this executor made (or found up to date) since it last
+        deleted it: their pods are created without asking again."""
         self._interrupted = asyncio.Event()
         """Set when a transient refusal leaves work in `_queued` or `_unprepared`."""
 
@@ -76,6 +80,7 @@ class DecisionExecutor:
         """Forget what is left of the job's work (its run is gone)."""
         self._queued.pop(uid, None)
         self._unprepared.discard(uid)
+        self._grouped.discard(uid)
 
     def holds_work(self, uid: str) -> bool:
         """Work of the job that a transient refusal interrupted is still to be done."""
@@ -159,6 +164,11 @@ class DecisionExecutor:
         """The steps of a decision, each taken off it once done: one that a transient refusal
         interrupted goes on where it stopped."""
         uid = run.job.uid
+        group = run.rendered.pod_group
+        if group is not None and (decision.restart or decision.create) and uid not in self._grouped:
+            # Before any pod, as upstream: a pod of a group that does not exist yet waits.
+            await self._backend.create_pod_group(uid, group)
+            self._grouped.add(uid)
         restarts = self._metrics.pod_restarts.labels(self._cluster)
         while decision.restart:
             pod = decision.restart[0]
@@ -173,6 +183,11 @@ class DecisionExecutor:
             pod = decision.delete[0]
             await self._backend.delete_pod(uid, pod.name, pod.namespace)
             decision.delete.pop(0)
+        if group is not None and (decision.finished or (decision.changed and run.suspended)):
+            # Upstream deletes the group when the job finishes or is suspended, whatever
+            # cleanPodPolicy leaves running; a resumed job gets it again before its pods.
+            await self._backend.delete_pod_group(uid, group)
+            self._grouped.discard(uid)
         await self._create_pods(run, decision.create)
         while decision.config_maps:
             await self._backend.update_config_map(uid, decision.config_maps[0])

@@ -15,6 +15,7 @@ from schemas.kubeflow import PYTORCH_INIT_RESOURCES, AnyJob
 from schemas.pod import Container, ContainerPort, EnvVar, PodSpec
 from workers.frameworks import adapter_for
 from workers.frameworks.base import AccessRule, FrameworkAdapter
+from workers.gang_scheduling import GangScheduling, PodGroupPlan, pod_group_plan
 from workers.network import ClusterNetwork, Network
 
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
@@ -201,10 +202,15 @@ class RenderedJob:
     """Created before the pods that mount them."""
     access: list[AccessPlan] = field(default_factory=list)
     """Created before the pods that run under their ServiceAccounts."""
+    pod_group: PodGroupPlan | None = None
+    """With a gang scheduler: created before the first pod, deleted when the job finishes
+    or is suspended."""
 
     def manifests(self) -> list[dict[str, Any]]:
+        group = [self.pod_group.manifest()] if self.pod_group is not None else []
         return (
-            [m for a in self.access for m in a.manifests()]
+            group
+            + [m for a in self.access for m in a.manifests()]
             + [c.manifest() for c in self.config_maps]
             + [s.manifest() for s in self.services]
             + [p.manifest() for p in self.pods]
@@ -363,11 +369,13 @@ def render_job(
     attempt: int = 1,
     wait_for_master: bool = True,
     init_image: str = INIT_CONTAINER_IMAGE,
+    gang: GangScheduling | None = None,
 ) -> RenderedJob:
     """Every object the worker will create for the job, with each framework's environment.
 
     `wait_for_master=False` leaves out the init container that holds workers until the
-    master's name resolves, for backends that cannot run one (they use `master_address`)."""
+    master's name resolves, for backends that cannot run one (they use `master_address`).
+    `gang`: the job gets a PodGroup, and every pod joins it (see `_join_gang`)."""
     adapter = adapter_for(job.kind)
     net = net or ClusterNetwork()
     rendered = RenderedJob(job=job, adapter=adapter)
@@ -397,7 +405,21 @@ def render_job(
             rendered.pods.append(pod)
             if adapter.creates_services:
                 rendered.services.append(_service_plan(pod))
-    gang = str(len(rendered.pods))
+    size = str(len(rendered.pods))
     for pod in rendered.pods:
-        pod.annotations[ANNOTATION_GANG_SIZE] = gang
+        pod.annotations[ANNOTATION_GANG_SIZE] = size
+    if gang is not None:
+        rendered.pod_group = pod_group_plan(job, gang, _job_labels(job, attempt))
+        for pod in rendered.pods:
+            _join_gang(pod, gang, rendered.pod_group.name)
     return rendered
+
+
+def _join_gang(pod: PodPlan, gang: GangScheduling, group: str) -> None:
+    """As upstream decorates a pod template: the gang scheduler's name unless the template
+    names a scheduler of its own (kept, as upstream keeps it), and the group's label or
+    annotations."""
+    pod.labels.update(gang.pod_labels(group))
+    pod.annotations.update(gang.pod_annotations(group, pod.replica_type))
+    if not (pod.spec.model_extra or {}).get("schedulerName"):
+        pod.spec = pod.spec.model_copy(update={"schedulerName": gang.scheduler_name})

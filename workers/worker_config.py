@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from schemas.cluster import ClusterPolicy
+from workers.gang_scheduling import GangScheduling
 
 _OVERDUE_INTERVALS = 3
 _OVERDUE_SLACK = 2.0
@@ -36,6 +37,18 @@ class WorkerConfig:
     cluster's jobs away (a failed heartbeat counts too): the worker then deletes the jobs no
     longer assigned here before it reports again. Default: three heartbeat intervals, and at
     least one interval plus two seconds; keep it below the hub's `max_heartbeat_age`."""
+
+    gang_scheduler: str | None = None
+    """`volcano` or `scheduler-plugins`: each job gets that scheduler's PodGroup before its
+    pods, which ask for the scheduler (kube backend only). None: kube-scheduler binds a job's
+    pods one by one."""
+    gang_scheduler_name: str | None = None
+    """The schedulerName the pods ask for (default: `volcano`, `scheduler-plugins-scheduler`)."""
+
+    @property
+    def gang_scheduling(self) -> GangScheduling | None:
+        """The gang scheduler these settings name (ValueError: not one)."""
+        return GangScheduling.of(self.gang_scheduler, self.gang_scheduler_name)
 
     @property
     def source(self) -> str:

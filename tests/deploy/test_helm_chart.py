@@ -121,6 +121,10 @@ def test_the_workers_run_with_their_cluster_s_flags(objects: list[dict[str, Any]
     assert (params["weight"], params["cost"]) == (80, 1.5)
     assert list(params["allow"]) == ["hostPath", "privileged"]
     assert params["pod_security"] == "restricted"
+    assert (params["gang_scheduler"], params["gang_scheduler_name"]) == (
+        "scheduler-plugins",
+        "coscheduler",
+    )
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert mounts["kubeconfig"] == "/etc/trainhub/kubeconfig"
     volumes = {v["name"]: v for v in east["spec"]["template"]["spec"]["volumes"]}
@@ -146,6 +150,7 @@ def test_the_workers_run_with_their_cluster_s_flags(objects: list[dict[str, Any]
     assert params["context"] is None  # the kubeconfig's current context
     assert (params["weight"], params["cost"], list(params["allow"] or ())) == (None, None, [])
     assert params["pod_security"] == "baseline"
+    assert params["gang_scheduler"] is None  # settings' (none here)
     volumes = {v["name"]: v for v in west["spec"]["template"]["spec"]["volumes"]}
     items = volumes["kubeconfig"]["secret"]["items"]
     assert items == [{"key": "kubeconfig.yaml", "path": "config"}]

@@ -21,6 +21,7 @@ from trainhub_sandbox.kube_cluster import (
     start_member_clusters,
     stop_member_clusters,
 )
+from trainhub_sandbox.scheduler_plugins import build_scheduler_plugins
 from workers.backends.kube import KubeBackend
 
 _BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kwok")
@@ -47,10 +48,9 @@ def _missing_go() -> bool:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Build the binaries before any test runs: a first build takes longer than the per-test
     timeout, which would otherwise count it against the first kube test's setup."""
-    wanted = any(
-        {"kube_sandbox", "fleet_sandbox"} & set(getattr(item, "fixturenames", ()))
-        for item in session.items
-    )
+    used = [set(getattr(item, "fixturenames", ())) for item in session.items]
+    wanted = any({"kube_sandbox", "fleet_sandbox", "gang_sandbox"} & names for names in used)
+    gangs = any("gang_sandbox" in names for names in used)
     if not wanted or session.config.option.collectonly or _missing_go():
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
@@ -59,6 +59,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         reporter.write_line("building the Kubernetes sandbox binaries (first time: ~12 min)")
     try:
         build_kube_binaries()
+        if gangs:
+            build_scheduler_plugins()
     except SandboxError as error:
         session.config.stash[_BUILD_ERROR] = error
         return

@@ -15,14 +15,15 @@ from trainhub_sandbox.kube_cluster import MemberCluster
 pytestmark = pytest.mark.kube
 
 
+@pytest.mark.parametrize("gang_scheduler", [None, "scheduler-plugins", "volcano"])
 @pytest.mark.parametrize("namespaces", [["default"], []], ids=["namespaced", "everywhere"])
 async def test_the_printed_rbac_passes_a_server_side_dry_run(
-    east: MemberCluster, namespaces: list[str]
+    east: MemberCluster, namespaces: list[str], gang_scheduler: str | None
 ) -> None:
     admin = ApiClient.for_cluster(east)
     subject = member_rbac.service_account("trainhub", "east-worker")
     answers = {}
-    for path, body in member_rbac.worker_rbac(namespaces, subject):
+    for path, body in member_rbac.worker_rbac(namespaces, subject, gang_scheduler):
         # Renamed: the sandbox's own worker identity holds these names already.
         body = copy.deepcopy(body)
         body["metadata"]["name"] += "-dry-run"
@@ -34,4 +35,5 @@ async def test_the_printed_rbac_passes_a_server_side_dry_run(
         )
     refused = {w: (s, r.get("message")) for w, (s, r) in answers.items() if s not in (200, 201)}
     assert not refused, refused
-    assert len(answers) == (6 if not namespaces else 4 + 2 * len(namespaces))
+    readers = 4 if gang_scheduler is None else 6  # ClusterRoles and their bindings
+    assert len(answers) == (readers + 2 if not namespaces else readers + 2 * len(namespaces))

@@ -73,3 +73,36 @@ def test_bad_arguments_are_one_line_errors() -> None:
         code, _, output = _print(*args)
         assert code == 1, args
         assert message in output and "Traceback" not in output
+
+
+def test_a_gang_scheduler_adds_its_pod_groups_and_priority_classes_only() -> None:
+    code, plain, _ = _print("-n", "team-a")
+    assert code == 0
+    code, objects, _ = _print("-n", "team-a", "--gang-scheduler", "scheduler-plugins")
+    assert code == 0
+    role = next(o for o in objects if o["kind"] == "Role")
+    groups = [r for r in role["rules"] if r["resources"] == ["podgroups"]]
+    assert groups == [
+        {
+            "apiGroups": ["scheduling.x-k8s.io"],
+            "resources": ["podgroups"],
+            "verbs": ["create", "get", "list", "update", "delete"],
+        }
+    ]
+    plain_role = next(o for o in plain if o["kind"] == "Role")
+    assert [r for r in role["rules"] if r not in groups] == plain_role["rules"]
+    added = [o for o in objects if o not in plain]
+    assert sorted(o["kind"] for o in added) == ["ClusterRole", "ClusterRoleBinding", "Role"]
+    readers = next(o for o in added if o["kind"] == "ClusterRole")
+    assert readers["rules"] == [
+        {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["get"]}
+    ]
+    code, objects, _ = _print("--gang-scheduler", "volcano")
+    role = next(
+        o
+        for o in objects
+        if o["kind"] == "ClusterRole" and o["metadata"]["name"] == "trainhub-worker"
+    )
+    assert ["scheduling.volcano.sh"] in [r["apiGroups"] for r in role["rules"]]
+    code, _, output = _print("--gang-scheduler", "kueue")
+    assert code != 0 and "volcano or scheduler-plugins" in output

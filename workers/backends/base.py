@@ -9,6 +9,7 @@ from typing import ClassVar, Literal
 
 from bus.retry import RetryPolicy
 from schemas.cluster import NodeSnapshot
+from workers.gang_scheduling import GangScheduling, PodGroupPlan
 from workers.network import ClusterNetwork, Network
 from workers.rendering import AccessPlan, ConfigMapPlan, PodPlan, ServicePlan
 
@@ -76,6 +77,9 @@ class Backend(abc.ABC):
     init_containers: ClassVar[bool] = False
     """Whether pods run their init containers (then workers wait for their master in one);
     without, the backend itself holds a pod with a `master_address` until it is reachable."""
+    gang_scheduling: GangScheduling | None = None
+    """The gang scheduler whose PodGroups this backend makes, and its pods ask for (a real
+    cluster's; the others have no scheduler to ask)."""
 
     def __init__(self) -> None:
         self.observations: asyncio.Queue[PodObservation] = asyncio.Queue()
@@ -100,6 +104,13 @@ class Backend(abc.ABC):
     async def create_access(self, job_uid: str, access: AccessPlan) -> None:
         """Create the ServiceAccount, Role and RoleBinding, or accept that they exist
         (backends whose pods cannot reach a Kubernetes API ignore them)."""
+
+    async def create_pod_group(self, job_uid: str, group: PodGroupPlan) -> None:
+        """Create the job's PodGroup, or bring the one that exists up to date with it
+        (backends without a gang scheduler ignore it)."""
+
+    async def delete_pod_group(self, job_uid: str, group: PodGroupPlan) -> None:
+        """Delete the job's PodGroup; missing is fine."""
 
     @abc.abstractmethod
     async def create_service(self, job_uid: str, service: ServicePlan) -> None:

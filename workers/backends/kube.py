@@ -1,9 +1,9 @@
 """`kube`: a real Kubernetes cluster through kubernetes_asyncio, one kubeconfig context each.
 
-Pods and headless services (and the ConfigMaps and launcher access some kinds need) are
-created idempotently from their rendered manifests, our pods are watched (list + watch, 410
-relist) into observations, and capacity is read from the nodes (followed by a watch) and every
-pod bound to them (listed for each heartbeat).
+Pods and headless services (and the ConfigMaps and launcher access some kinds need, and with a
+gang scheduler the job's PodGroup) are created idempotently from their rendered manifests, our
+pods are watched (list + watch, 410 relist) into observations, and capacity is read from the
+nodes (followed by a watch) and every pod bound to them (listed for each heartbeat).
 """
 
 from __future__ import annotations
@@ -30,11 +30,13 @@ from workers.backends.kube_client import (
 from workers.backends.kube_nodes import NodeCache
 from workers.backends.kube_resources import (
     JOB_RESOURCES,
+    POD_GROUPS,
     access_objects,
     delete_method,
     list_methods,
 )
 from workers.backends.kube_watch import PodObserver, PodWatch
+from workers.gang_scheduling import GangScheduling, PodGroupApi, PodGroupPlan, same_spec
 from workers.rendering import (
     DEFAULT_CONTAINER_ANNOTATION,
     LABEL_JOB_UID,
@@ -57,6 +59,7 @@ _TAKING_ROOM = ",".join(
 )
 _LOG_TIMEOUT = 10.0
 _DELETE_CONCURRENCY = 16
+_UPDATE_TRIES = 5
 
 
 @dataclass
@@ -80,10 +83,14 @@ class KubeBackend(Backend):
         namespaces: Sequence[str] | None = None,
         retry: KubeRetryPolicy | None = None,
         watch_timeout_seconds: int = 300,
+        gang_scheduling: GangScheduling | None = None,
     ) -> None:
         """`namespaces` is the allow-list the worker serves (None: all); writes stay inside it.
-        `context` defaults to the kubeconfig's current context."""
+        `context` defaults to the kubeconfig's current context. `gang_scheduling`: every job
+        gets a PodGroup of that scheduler, and its pods ask for it."""
         super().__init__()
+        self.gang_scheduling = gang_scheduling
+        self._job_resources = JOB_RESOURCES + ((POD_GROUPS,) if gang_scheduling else ())
         self.kubeconfig = Path(kubeconfig)
         self.context = context
         self.cluster = cluster
@@ -268,6 +275,117 @@ class KubeBackend(Backend):
             job_uid, "pods", pod.namespace, pod.name, self.api.core.create_namespaced_pod, manifest
         )
 
+    # -- PodGroups ------------------------------------------------------------------------
+
+    @property
+    def _pod_group_api(self) -> PodGroupApi | None:
+        return self.gang_scheduling.api if self.gang_scheduling is not None else None
+
+    async def create_pod_group(self, job_uid: str, group: PodGroupPlan) -> None:
+        """Create it; one that exists already must be this job's, and gets the spec it should
+        have (upstream's sync: the spec written whole when it differs, Volcano's queue kept)."""
+        api, namespace = group.gang.api, group.namespace
+        priorities = await self._priorities(job_uid, group.priority_classes())
+        custom = self.api.custom
+        try:
+            await self.api.send(
+                "create",
+                api.plural,
+                namespace,
+                custom.create_namespaced_custom_object,
+                api.group,
+                api.version,
+                namespace,
+                api.plural,
+                group.manifest(priorities),
+            )
+            return
+        except KubeConflict:
+            pass
+        except KubeError as error:
+            log.error(
+                "cannot create %s %s/%s: %s",
+                api.plural,
+                namespace,
+                group.name,
+                error,
+                extra=self._extra(job_uid),
+            )
+            raise
+        for _ in range(_UPDATE_TRIES):
+            found = await self.api.call(
+                "get",
+                api.plural,
+                namespace,
+                custom.get_namespaced_custom_object,
+                api.group,
+                api.version,
+                namespace,
+                api.plural,
+                group.name,
+            )
+            metadata = found.get("metadata") or {}
+            owner = (metadata.get("labels") or {}).get(LABEL_JOB_UID)
+            if owner != job_uid:
+                whose = f"job uid {owner}" if owner else "not trainhub's"
+                raise KubeConflict(
+                    f"{api.plural} {namespace}/{group.name} exists and is not this job's "
+                    f"({whose}): trainhub does not adopt it; delete it or rename the job",
+                    409,
+                    "AlreadyExists",
+                )
+            spec = group.spec(priorities, existing=found.get("spec"))
+            if same_spec(spec, found.get("spec") or {}):
+                return
+            metadata["labels"] = {**(metadata.get("labels") or {}), **group.labels}
+            try:
+                await self.api.send(
+                    "update",
+                    api.plural,
+                    namespace,
+                    custom.replace_namespaced_custom_object,
+                    api.group,
+                    api.version,
+                    namespace,
+                    api.plural,
+                    group.name,
+                    {**found, "metadata": metadata, "spec": spec},
+                )
+            except KubeConflict:
+                continue  # changed since read: read it again
+            log.info("updated PodGroup %s/%s", namespace, group.name, extra=self._extra(job_uid))
+            return
+        raise KubeConflict(f"{api.plural} {namespace}/{group.name} keeps changing underneath")
+
+    async def delete_pod_group(self, job_uid: str, group: PodGroupPlan) -> None:
+        await self._delete(job_uid, POD_GROUPS, group.namespace, group.name)
+
+    async def _priorities(self, job_uid: str, names: set[str]) -> dict[str, int]:
+        """The values of the PriorityClasses that order a PodGroup's computed minResources;
+        one that cannot be read counts 0, as upstream counts it."""
+        values: dict[str, int] = {}
+        for name in sorted(names):
+            try:
+                found = await self.api.call(
+                    "get",
+                    "priorityclasses",
+                    None,
+                    self.api.scheduling.read_priority_class,
+                    name,
+                )
+            except (KubeNotFound, KubeForbidden) as error:
+                log.warning(
+                    "PriorityClass %s counts 0 in minResources: %s",
+                    name,
+                    error,
+                    extra=self._extra(job_uid),
+                )
+                continue
+            value = found.get("value")
+            if isinstance(value, int):
+                values[name] = value
+        return values
+
     async def _create(
         self,
         job_uid: str,
@@ -320,7 +438,7 @@ class KubeBackend(Backend):
 
     async def _delete(self, job_uid: str, resource: str, namespace: str, name: str) -> None:
         options: dict[str, Any] = {"propagation_policy": "Background"}
-        method = delete_method(self.api, resource)
+        method = delete_method(self.api, resource, self._pod_group_api)
         if resource == "pods":
             options["grace_period_seconds"] = 0
         try:
@@ -340,7 +458,7 @@ class KubeBackend(Backend):
         within = [namespace] if namespace is not None and self.namespaces is None else None
         targets = [
             (resource, obj)
-            for resource in JOB_RESOURCES
+            for resource in self._job_resources
             for obj in await self._list_ours(resource, selector, within)
         ]
         limit = asyncio.Semaphore(_DELETE_CONCURRENCY)
@@ -362,7 +480,7 @@ class KubeBackend(Backend):
         """Our objects of one kind matching `selector`, in the allowed namespaces (or only
         `within` these)."""
         items: list[dict[str, Any]] = []
-        everywhere, namespaced = list_methods(self.api, resource)
+        everywhere, namespaced = list_methods(self.api, resource, self._pod_group_api)
         namespaces = within if within is not None else self.namespaces
         if namespaces is None:
             reply = await self.api.call("list", resource, None, everywhere, label_selector=selector)

@@ -223,8 +223,8 @@ def classify(
 
 
 class KubeApi:
-    """CoreV1 and RBAC calls that answer JSON dicts, retried on throttling, outages and lost
-    connections.
+    """CoreV1, RBAC, scheduling and custom-object (PodGroup) calls that answer JSON dicts,
+    retried on throttling, outages and lost connections.
 
     Every call names its verb, resource and namespace so that a refusal explains itself.
     """
@@ -241,6 +241,8 @@ class KubeApi:
         self.api_client = api_client
         self.core: Any = k8s.CoreV1Api(api_client)
         self.rbac: Any = k8s.RbacAuthorizationV1Api(api_client)
+        self.custom: Any = k8s.CustomObjectsApi(api_client)
+        self.scheduling: Any = k8s.SchedulingV1Api(api_client)
         self.cluster = cluster
         self.identity = identity
         self.retry = retry or KubeRetryPolicy()

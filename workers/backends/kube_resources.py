@@ -7,12 +7,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from workers.backends.kube_client import KubeApi
+from workers.gang_scheduling import PodGroupApi
 from workers.rendering import AccessPlan
 
 Method = Callable[..., Awaitable[Any]]
 
 JOB_RESOURCES = ("pods", "services", "configmaps", "serviceaccounts", "roles", "rolebindings")
-"""Every kind of object the worker creates for a job, all labelled with its uid."""
+"""Every kind of object the worker creates for a job, all labelled with its uid (and with a
+gang scheduler, `POD_GROUPS`)."""
+POD_GROUPS = "podgroups"
 
 
 def access_objects(api: KubeApi, access: AccessPlan) -> list[tuple[str, str, Method, Any]]:
@@ -36,7 +39,10 @@ def access_objects(api: KubeApi, access: AccessPlan) -> list[tuple[str, str, Met
     ]
 
 
-def delete_method(api: KubeApi, resource: str) -> Method:
+def delete_method(api: KubeApi, resource: str, groups: PodGroupApi | None = None) -> Method:
+    """Called as (name, namespace, **options); `groups`: where PodGroups live, if anywhere."""
+    if resource == POD_GROUPS and groups is not None:
+        return _pod_group_methods(api, groups)[0]
     core, rbac = api.core, api.rbac
     methods: dict[str, Method] = {
         "pods": core.delete_namespaced_pod,
@@ -49,8 +55,12 @@ def delete_method(api: KubeApi, resource: str) -> Method:
     return methods[resource]
 
 
-def list_methods(api: KubeApi, resource: str) -> tuple[Method, Method]:
+def list_methods(
+    api: KubeApi, resource: str, groups: PodGroupApi | None = None
+) -> tuple[Method, Method]:
     """(in every namespace, in one namespace)."""
+    if resource == POD_GROUPS and groups is not None:
+        return _pod_group_methods(api, groups)[1:]
     core, rbac = api.core, api.rbac
     methods: dict[str, tuple[Method, Method]] = {
         "pods": (core.list_pod_for_all_namespaces, core.list_namespaced_pod),
@@ -70,3 +80,26 @@ def list_methods(api: KubeApi, resource: str) -> tuple[Method, Method]:
         ),
     }
     return methods[resource]
+
+
+def _pod_group_methods(api: KubeApi, groups: PodGroupApi) -> tuple[Method, Method, Method]:
+    """(delete, list in every namespace, list in one) for PodGroups, called as the typed
+    methods of the other kinds are."""
+    custom = api.custom
+
+    def delete(name: str, namespace: str, **options: Any) -> Awaitable[Any]:
+        return custom.delete_namespaced_custom_object(  # type: ignore[no-any-return]
+            groups.group, groups.version, namespace, groups.plural, name, **options
+        )
+
+    def everywhere(**options: Any) -> Awaitable[Any]:
+        return custom.list_cluster_custom_object(  # type: ignore[no-any-return]
+            groups.group, groups.version, groups.plural, **options
+        )
+
+    def namespaced(namespace: str, **options: Any) -> Awaitable[Any]:
+        return custom.list_namespaced_custom_object(  # type: ignore[no-any-return]
+            groups.group, groups.version, namespace, groups.plural, **options
+        )
+
+    return delete, everywhere, namespaced

@@ -15,6 +15,7 @@ from workers.backends.base import Backend
 from workers.backends.local import LocalBackend
 from workers.backends.sim import SimBackend
 from workers.cluster_spec import ClusterSpec
+from workers.gang_scheduling import GangScheduling
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,8 @@ class BackendRequest:
     context: str | None = None
     namespaces: list[str] | None = None
     """kube: the namespaces the worker may create in (None: all)."""
+    gang_scheduling: GangScheduling | None = None
+    """kube: the gang scheduler whose PodGroups the worker makes (None: none)."""
 
     def logs_dir(self) -> Path | None:
         return None if self.logs_root is None else self.logs_root / self.cluster.name
@@ -52,6 +55,7 @@ class BackendKind:
 
 
 def _local(request: BackendRequest) -> Backend:
+    _no_gangs(request, "local")
     logs = request.logs_dir()
     if logs is None:
         raise ValueError("the local backend needs a directory for its pods' logs")
@@ -59,8 +63,16 @@ def _local(request: BackendRequest) -> Backend:
 
 
 def _sim(request: BackendRequest) -> Backend:
+    _no_gangs(request, "sim")
     logs = request.logs_dir() if request.keep_logs else None
     return SimBackend(request.cluster.pool(), time_scale=request.time_scale, logs_dir=logs)
+
+
+def _no_gangs(request: BackendRequest, kind: str) -> None:
+    if request.gang_scheduling is not None:
+        raise ValueError(
+            f"--gang-scheduler needs --backend kube (the {kind} backend has no scheduler)"
+        )
 
 
 def _kube(request: BackendRequest) -> Backend:
@@ -75,6 +87,7 @@ def _kube(request: BackendRequest) -> Backend:
             context=request.context,
             cluster=request.cluster.name,
             namespaces=request.namespaces,
+            gang_scheduling=request.gang_scheduling,
         ),
     )
 
