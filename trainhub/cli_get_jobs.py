@@ -63,19 +63,19 @@ def parse_selector(text: str) -> list[Callable[[Mapping[str, str]], bool]]:
             raise ValueError(f"invalid label selector requirement {part.strip()!r}")
         key, op, value = found["key"], found["op"], found["value"]
         if found["not"]:
-            checks.append(lambda labels, k=key: k not in labels)
+            checks.append(lambda labels, k=key: k not in labels)  # type: ignore[misc]
         elif op in ("=", "=="):
-            checks.append(lambda labels, k=key, v=value: labels.get(k) == v)
+            checks.append(lambda labels, k=key, v=value: labels.get(k) == v)  # type: ignore[misc]
         elif op == "!=":
-            checks.append(lambda labels, k=key, v=value: labels.get(k) != v)
+            checks.append(lambda labels, k=key, v=value: labels.get(k) != v)  # type: ignore[misc]
         elif found["set"]:
             values = {v.strip() for v in found["values"].split(",") if v.strip()}
             if found["set"] == "in":
-                checks.append(lambda labels, k=key, vs=values: labels.get(k) in vs)
+                checks.append(lambda labels, k=key, vs=values: labels.get(k) in vs)  # type: ignore[misc]
             else:
-                checks.append(lambda labels, k=key, vs=values: labels.get(k) not in vs)
+                checks.append(lambda labels, k=key, vs=values: labels.get(k) not in vs)  # type: ignore[misc]
         else:
-            checks.append(lambda labels, k=key: k in labels)
+            checks.append(lambda labels, k=key: k in labels)  # type: ignore[misc]
     return checks
 
 
@@ -328,8 +328,8 @@ def get_jobs_command(kind: str | None, resource: str) -> Callable[..., None]:
 def register(get_app: typer.Typer) -> None:
     """`get jobs` (and `job`), and `get <kind>s` (and `<kind>`) for each Kubeflow kind."""
     resources: list[tuple[str | None, str, bool]] = [(None, "jobs", False), (None, "job", True)]
-    for kind in JOB_CLASSES:
-        resources += [(kind, f"{kind.lower()}s", False), (kind, kind.lower(), True)]
+    for known in JOB_CLASSES:
+        resources += [(known, f"{known.lower()}s", False), (known, known.lower(), True)]
     for kind, resource, hidden in resources:
         plural = resource if resource.endswith("s") else f"{resource}s"
         get_app.command(
