@@ -10,9 +10,19 @@ import pytest
 
 from bus.kafka_settings import KafkaSettings
 from bus.topics import Topics
+from schemas.trainer_runtimes import RUNTIMES_ENV, reset_runtime_catalog
 from tests.kafka_target import KafkaTarget, kafka_target
 
 pytest_plugins = ["tests.stop_on_sigterm"]
+
+
+@pytest.fixture(autouse=True)
+def _own_runtime_catalog(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Operators' runtimes one test loads stay out of the next test's catalog."""
+    monkeypatch.delenv(RUNTIMES_ENV, raising=False)
+    reset_runtime_catalog()
+    yield
+    reset_runtime_catalog()
 
 
 @pytest.fixture(scope="session")

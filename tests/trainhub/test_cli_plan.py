@@ -155,6 +155,13 @@ def test_bad_placement_settings_are_a_usage_error(tmp_path: Path) -> None:
     assert "unknown scoring policies ['tightest']" in result.stderr
 
 
+def test_plan_without_clusters_or_a_broker_says_where_they_come_from(tmp_path: Path) -> None:
+    job = write(tmp_path / "job.yaml", jax_job("j", workers=1))
+    result = trainhub("plan", str(job))
+    assert result.returncode == 2
+    assert "plan needs the clusters: --clusters FILE, or --bootstrap HOST:PORT" in result.stderr
+
+
 def test_up_places_with_the_same_settings(tmp_path: Path) -> None:
     job = write(tmp_path / "job.yaml", jax_job("j", workers=1, cpu="2", duration="0.2s"))
     config = write(tmp_path / "hub.yaml", {"placement": {"scoring": {"most-allocated": 1}}})
