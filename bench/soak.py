@@ -10,7 +10,8 @@ its memory can level off within the run; the workers keep a finished run for the
 `run_retention` (60 s). RSS should stop growing once finished jobs are past both.
 
 Usage: python -m bench.soak [--batches N] [--jobs N] [--workers N] [--finished-retention S]
-[--bootstrap HOST:PORT]. Without --bootstrap a sandbox broker is started (and stopped).
+[--bootstrap HOST:PORT] [--profile DIR]. Without --bootstrap a sandbox broker is started (and
+stopped). With --profile, hub and workers run under cProfile, a profile per process and batch.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -105,7 +107,10 @@ async def run(
     cleanup: str,
     bootstrap: str | None,
     finished_retention: float,
+    profile: Path | None = None,
 ) -> dict[str, Any]:
+    """`profile`: the processes run under cProfile (`profile_processes`); each is told to
+    write its batch's profile after each batch."""
     logs = Path(tempfile.mkdtemp(prefix="bench-soak-"))
     prefix = f"soak-{uuid.uuid4().hex[:6]}"
     async with kafka_bus(bootstrap) as (bus, address):
@@ -146,7 +151,11 @@ async def run(
                     "worker_cpu_ms_per_job": round(1000 * worker_cpu / jobs, 3),
                     "hub_rss_mb": round(rss_bytes(hub.popen.pid) / 2**20, 1),
                     "worker_rss_mb": [round(rss_bytes(p.popen.pid) / 2**20, 1) for p in fleet],
+                    "load_average_1m": round(os.getloadavg()[0], 2),
                 }
+                if profile is not None:
+                    for process in processes:  # this batch's profile of each
+                        process.popen.send_signal(signal.SIGUSR1)
                 print(json.dumps(row), flush=True)
                 rows.append(row)
         finally:
@@ -172,6 +181,15 @@ async def run(
     }
 
 
+def profile_processes(folder: Path) -> None:
+    """Every process started from here on runs under cProfile (bench/profiling/), writing
+    its profiles into `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    os.environ["TRAINHUB_CPROFILE"] = str(folder.resolve())
+    here = str(Path(__file__).parent / "profiling")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--batches", type=int, default=10)
@@ -185,9 +203,16 @@ def main() -> None:
         help="seconds the hub keeps a finished job (its setting; 24 h by default)",
     )
     parser.add_argument("--bootstrap")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="profile hub and workers with cProfile: one .prof per process and batch here",
+    )
     parser.add_argument("--output", type=Path, default=RESULTS / "soak.json")
     args = parser.parse_args()
     setup_logging()
+    if args.profile is not None:
+        profile_processes(args.profile)
     result = asyncio.run(
         run(
             args.batches,
@@ -196,6 +221,7 @@ def main() -> None:
             args.clean_pod_policy,
             args.bootstrap,
             args.finished_retention,
+            args.profile,
         )
     )
     args.output.write_text(json.dumps(result, indent=2) + "\n")
