@@ -108,9 +108,14 @@ async def run(
     bootstrap: str | None,
     finished_retention: float,
     profile: Path | None = None,
+    overdue_after: float | None = None,
 ) -> dict[str, Any]:
     """`profile`: the processes run under cProfile (`profile_processes`); each is told to
-    write its batch's profile after each batch."""
+    write its batch's profile after each batch. `overdue_after`: the workers'
+    `heartbeat_overdue_after`; below their heartbeat interval (1 s), every heartbeat comes
+    after a sweep (workers/adoption.py), as on a loaded machine."""
+    if overdue_after is not None:
+        os.environ["TRAINHUB_HEARTBEAT_OVERDUE_AFTER"] = str(overdue_after)
     logs = Path(tempfile.mkdtemp(prefix="bench-soak-"))
     prefix = f"soak-{uuid.uuid4().hex[:6]}"
     async with kafka_bus(bootstrap) as (bus, address):
@@ -173,6 +178,7 @@ async def run(
         "cleanPodPolicy": cleanup,
         "hub_finished_retention_s": finished_retention,
         "worker_run_retention_s": WorkerConfig(cluster="-").run_retention,
+        "worker_heartbeat_overdue_after_s": overdue_after,
         "rows": rows,
         "last_to_first_hub_cpu_per_job": ratio("hub_cpu_ms_per_job"),
         "last_to_first_worker_cpu_per_job": ratio("worker_cpu_ms_per_job"),
@@ -208,6 +214,12 @@ def main() -> None:
         type=Path,
         help="profile hub and workers with cProfile: one .prof per process and batch here",
     )
+    parser.add_argument(
+        "--overdue-after",
+        type=float,
+        help="the workers' heartbeat_overdue_after; under 1 (their heartbeat interval), "
+        "they sweep before every heartbeat",
+    )
     parser.add_argument("--output", type=Path, default=RESULTS / "soak.json")
     args = parser.parse_args()
     setup_logging()
@@ -222,6 +234,7 @@ def main() -> None:
             args.bootstrap,
             args.finished_retention,
             args.profile,
+            args.overdue_after,
         )
     )
     args.output.write_text(json.dumps(result, indent=2) + "\n")
