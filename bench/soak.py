@@ -31,7 +31,8 @@ from typing import Any
 
 from bench.hub_throughput import kafka_bus, submit_document_nowait
 from bench.jobs import jax_job
-from bus.base import Bus, Subscription
+from bus.base import Bus, Subscription, UnknownTopicError
+from bus.reading import records_to_end
 from bus.topics import Topics
 from schemas.codec import decode_event
 from schemas.events import EventType, JobStatusUpdate
@@ -64,6 +65,25 @@ def soak_job(name: str, cleanup: str) -> dict[str, Any]:
     template = spec["jaxReplicaSpecs"]["Worker"]["template"]
     template["metadata"] = {"annotations": {SIM_DURATION: "0s"}}
     return document
+
+
+async def _ready(bus: Bus, topics: Topics, clusters: set[str], timeout: float = 300) -> None:
+    """Wait until the topics exist and every worker has sent a heartbeat: on a loaded
+    machine, starting takes longer than any fixed wait."""
+    deadline = time.monotonic() + timeout
+    heard: set[str] = set()
+    while True:
+        try:
+            async for record in records_to_end(bus, topics.clusters):
+                if record.key is not None:
+                    heard.add(record.key.decode())
+        except UnknownTopicError:
+            pass
+        if clusters <= heard:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no heartbeat from {sorted(clusters - heard)} in {timeout}s")
+        await asyncio.sleep(1)
 
 
 async def _status_from_now(bus: Bus, topics: Topics) -> Subscription:
@@ -130,7 +150,8 @@ async def run(
         ]
         processes = [hub, *fleet]
         try:
-            await asyncio.sleep(5)  # the hub starts and hears every worker's heartbeat
+            await _ready(bus, topics, {f"c{i}" for i in range(workers)})
+            await asyncio.sleep(3)  # the hub hears them too
             rows: list[dict[str, Any]] = []
             for batch in range(batches):
                 before = {p.name: cpu_seconds(p.popen.pid) for p in processes}
