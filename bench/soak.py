@@ -2,16 +2,20 @@
 does a job cost the same however many came before it?
 
 Per batch: wall time from the first submission to the last job's end, the hub's and the
-workers' CPU per job (from /proc, user + system), and their RSS at the batch's end. Written
-to bench/results/soak.json with the ratio of the last batch's CPU per job to the first's.
+workers' CPU per job (from /proc, user + system) from the first submission to the end of a
+settling pause after the last job ended (by default both retentions below and 5 s, so that
+each batch pays for its own finished jobs leaving; `_to_end`: up to the last job's end), and
+their RSS after that pause. Written to bench/results/soak.json with the ratio of the last
+batch's CPU per job to the first's.
 
 The hub runs with `--finished-retention` (default here 30 s, not the hub's 24 h), so that
 its memory can level off within the run; the workers keep a finished run for their
 `run_retention` (60 s). RSS should stop growing once finished jobs are past both.
 
 Usage: python -m bench.soak [--batches N] [--jobs N] [--workers N] [--finished-retention S]
-[--bootstrap HOST:PORT] [--profile DIR]. Without --bootstrap a sandbox broker is started (and
-stopped). With --profile, hub and workers run under cProfile, a profile per process and batch.
+[--settle S] [--overdue-after S] [--bootstrap HOST:PORT] [--profile DIR]. Without --bootstrap
+a sandbox broker is started (and stopped). With --profile, hub and workers run under cProfile,
+a profile per process and batch.
 """
 
 from __future__ import annotations
@@ -129,11 +133,14 @@ async def run(
     finished_retention: float,
     profile: Path | None = None,
     overdue_after: float | None = None,
+    settle: float = 0.0,
 ) -> dict[str, Any]:
     """`profile`: the processes run under cProfile (`profile_processes`); each is told to
     write its batch's profile after each batch. `overdue_after`: the workers'
     `heartbeat_overdue_after`; below their heartbeat interval (1 s), every heartbeat comes
-    after a sweep (workers/adoption.py), as on a loaded machine."""
+    after a sweep (workers/adoption.py), as on a loaded machine. `settle`: seconds waited
+    after each batch's last job ended, counted in its CPU (`_to_end`: without it) and before
+    its RSS is read."""
     if overdue_after is not None:
         os.environ["TRAINHUB_HEARTBEAT_OVERDUE_AFTER"] = str(overdue_after)
     logs = Path(tempfile.mkdtemp(prefix="bench-soak-"))
@@ -164,17 +171,27 @@ async def run(
                     await submit_document_nowait(bus, topics, document)
                 await bus.flush()
                 last, phases = await ended(subscription, uids, timeout=1800)
+                at_end = {p.name: cpu_seconds(p.popen.pid) for p in processes}
+                # Each batch pays for its own clean-up (finished jobs leaving the hub and the
+                # workers once their retention passed), not the next one.
+                await asyncio.sleep(settle)
                 after = {p.name: cpu_seconds(p.popen.pid) for p in processes}
-                worker_cpu = sum(after[p.name] - before[p.name] for p in fleet)
+
+                def per_job(
+                    cpu: dict[str, float], *names: str, since: dict[str, float] = before
+                ) -> float:
+                    return round(1000 * sum(cpu[n] - since[n] for n in names) / jobs, 3)
+
+                workers_named = [p.name for p in fleet]
                 row = {
                     "batch": batch + 1,
                     "jobs": len(uids),
                     "ended": dict(phases),
                     "wall_s": round(last - started, 2),
-                    "hub_cpu_ms_per_job": round(
-                        1000 * (after[hub.name] - before[hub.name]) / jobs, 3
-                    ),
-                    "worker_cpu_ms_per_job": round(1000 * worker_cpu / jobs, 3),
+                    "hub_cpu_ms_per_job": per_job(after, hub.name),
+                    "worker_cpu_ms_per_job": per_job(after, *workers_named),
+                    "hub_cpu_ms_per_job_to_end": per_job(at_end, hub.name),
+                    "worker_cpu_ms_per_job_to_end": per_job(at_end, *workers_named),
                     "hub_rss_mb": round(rss_bytes(hub.popen.pid) / 2**20, 1),
                     "worker_rss_mb": [round(rss_bytes(p.popen.pid) / 2**20, 1) for p in fleet],
                     "load_average_1m": round(os.getloadavg()[0], 2),
@@ -200,6 +217,7 @@ async def run(
         "hub_finished_retention_s": finished_retention,
         "worker_run_retention_s": WorkerConfig(cluster="-").run_retention,
         "worker_heartbeat_overdue_after_s": overdue_after,
+        "settle_s": settle,
         "rows": rows,
         "last_to_first_hub_cpu_per_job": ratio("hub_cpu_ms_per_job"),
         "last_to_first_worker_cpu_per_job": ratio("worker_cpu_ms_per_job"),
@@ -241,11 +259,20 @@ def main() -> None:
         help="the workers' heartbeat_overdue_after; under 1 (their heartbeat interval), "
         "they sweep before every heartbeat",
     )
+    parser.add_argument(
+        "--settle",
+        type=float,
+        help="seconds to wait after each batch, counted in its CPU (default: the hub's "
+        "and the workers' retention, plus 5 s, so that each batch pays its own clean-up)",
+    )
     parser.add_argument("--output", type=Path, default=RESULTS / "soak.json")
     args = parser.parse_args()
     setup_logging()
     if args.profile is not None:
         profile_processes(args.profile)
+    settle = args.settle
+    if settle is None:
+        settle = max(args.finished_retention, WorkerConfig(cluster="-").run_retention) + 5
     result = asyncio.run(
         run(
             args.batches,
@@ -256,6 +283,7 @@ def main() -> None:
             args.finished_retention,
             args.profile,
             args.overdue_after,
+            settle,
         )
     )
     args.output.write_text(json.dumps(result, indent=2) + "\n")
