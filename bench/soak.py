@@ -13,9 +13,10 @@ its memory can level off within the run; the workers keep a finished run for the
 `run_retention` (60 s). RSS should stop growing once finished jobs are past both.
 
 Usage: python -m bench.soak [--batches N] [--jobs N] [--workers N] [--finished-retention S]
-[--settle S] [--overdue-after S] [--bootstrap HOST:PORT] [--profile DIR]. Without --bootstrap
-a sandbox broker is started (and stopped). With --profile, hub and workers run under cProfile,
-a profile per process and batch.
+[--settle S] [--overdue-after S] [--bootstrap HOST:PORT] [--profile DIR] [--object-counts DIR].
+Without --bootstrap a sandbox broker is started (and stopped). With --profile, hub and workers
+run under cProfile, a profile per process and batch; with --object-counts, each writes its
+live objects per type after each batch.
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ async def run(
     overdue_after: float | None = None,
     settle: float = 0.0,
 ) -> dict[str, Any]:
-    """`profile`: the processes run under cProfile (`profile_processes`); each is told to
+    """`profile`: the processes run under cProfile (`look_inside`); each is told to
     write its batch's profile after each batch. `overdue_after`: the workers'
     `heartbeat_overdue_after`; below their heartbeat interval (1 s), every heartbeat comes
     after a sweep (workers/adoption.py), as on a loaded machine. `settle`: seconds waited
@@ -199,6 +200,9 @@ async def run(
                 if profile is not None:
                     for process in processes:  # this batch's profile of each
                         process.popen.send_signal(signal.SIGUSR1)
+                if os.environ.get("TRAINHUB_OBJECT_COUNTS"):
+                    for process in processes:  # each one's live objects per type
+                        process.popen.send_signal(signal.SIGUSR2)
                 print(json.dumps(row), flush=True)
                 rows.append(row)
         finally:
@@ -226,11 +230,11 @@ async def run(
     }
 
 
-def profile_processes(folder: Path) -> None:
-    """Every process started from here on runs under cProfile (bench/profiling/), writing
-    its profiles into `folder`."""
+def look_inside(folder: Path, variable: str) -> None:
+    """Every process started from here on imports bench/profiling/sitecustomize.py, which
+    writes what `variable` asks for (profiles, object counts) into `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
-    os.environ["TRAINHUB_CPROFILE"] = str(folder.resolve())
+    os.environ[variable] = str(folder.resolve())
     here = str(Path(__file__).parent / "profiling")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
 
@@ -254,6 +258,11 @@ def main() -> None:
         help="profile hub and workers with cProfile: one .prof per process and batch here",
     )
     parser.add_argument(
+        "--object-counts",
+        type=Path,
+        help="after each batch, each process writes its live objects per type here",
+    )
+    parser.add_argument(
         "--overdue-after",
         type=float,
         help="the workers' heartbeat_overdue_after; under 1 (their heartbeat interval), "
@@ -269,7 +278,9 @@ def main() -> None:
     args = parser.parse_args()
     setup_logging()
     if args.profile is not None:
-        profile_processes(args.profile)
+        look_inside(args.profile, "TRAINHUB_CPROFILE")
+    if args.object_counts is not None:
+        look_inside(args.object_counts, "TRAINHUB_OBJECT_COUNTS")
     settle = args.settle
     if settle is None:
         settle = max(args.finished_retention, WorkerConfig(cluster="-").run_retention) + 5
