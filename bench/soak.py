@@ -2,15 +2,21 @@
 does a job cost the same however many came before it?
 
 Per batch: wall time from the first submission to the last job's end, the hub's and the
-workers' CPU per job (from /proc, user + system), and their RSS at the batch's end. Written
-to bench/results/soak.json with the ratio of the last batch's CPU per job to the first's.
+workers' CPU per job (from /proc, user + system) from the first submission to the end of a
+settling pause after the last job ended (by default both retentions below and 5 s, so that
+each batch pays for its own finished jobs leaving; `_to_end`: up to the last job's end), and
+their RSS after that pause. Written to bench/results/soak.json with the ratio of the last
+batch's CPU per job to the first's.
 
 The hub runs with `--finished-retention` (default here 30 s, not the hub's 24 h), so that
 its memory can level off within the run; the workers keep a finished run for their
 `run_retention` (60 s). RSS should stop growing once finished jobs are past both.
 
 Usage: python -m bench.soak [--batches N] [--jobs N] [--workers N] [--finished-retention S]
-[--bootstrap HOST:PORT]. Without --bootstrap a sandbox broker is started (and stopped).
+[--settle S] [--overdue-after S] [--bootstrap HOST:PORT] [--profile DIR] [--object-counts DIR].
+Without --bootstrap a sandbox broker is started (and stopped). With --profile, hub and workers
+run under cProfile, a profile per process and batch; with --object-counts, each writes its
+live objects per type after each batch.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -29,7 +36,8 @@ from typing import Any
 
 from bench.hub_throughput import kafka_bus, submit_document_nowait
 from bench.jobs import jax_job
-from bus.base import Bus, Subscription
+from bus.base import Bus, Subscription, UnknownTopicError
+from bus.reading import records_to_end
 from bus.topics import Topics
 from schemas.codec import decode_event
 from schemas.events import EventType, JobStatusUpdate
@@ -62,6 +70,25 @@ def soak_job(name: str, cleanup: str) -> dict[str, Any]:
     template = spec["jaxReplicaSpecs"]["Worker"]["template"]
     template["metadata"] = {"annotations": {SIM_DURATION: "0s"}}
     return document
+
+
+async def _ready(bus: Bus, topics: Topics, clusters: set[str], timeout: float = 300) -> None:
+    """Wait until the topics exist and every worker has sent a heartbeat: on a loaded
+    machine, starting takes longer than any fixed wait."""
+    deadline = time.monotonic() + timeout
+    heard: set[str] = set()
+    while True:
+        try:
+            async for record in records_to_end(bus, topics.clusters):
+                if record.key is not None:
+                    heard.add(record.key.decode())
+        except UnknownTopicError:
+            pass
+        if clusters <= heard:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no heartbeat from {sorted(clusters - heard)} in {timeout}s")
+        await asyncio.sleep(1)
 
 
 async def _status_from_now(bus: Bus, topics: Topics) -> Subscription:
@@ -105,7 +132,18 @@ async def run(
     cleanup: str,
     bootstrap: str | None,
     finished_retention: float,
+    profile: Path | None = None,
+    overdue_after: float | None = None,
+    settle: float = 0.0,
 ) -> dict[str, Any]:
+    """`profile`: the processes run under cProfile (`look_inside`); each is told to
+    write its batch's profile after each batch. `overdue_after`: the workers'
+    `heartbeat_overdue_after`; below their heartbeat interval (1 s), every heartbeat comes
+    after a sweep (workers/adoption.py), as on a loaded machine. `settle`: seconds waited
+    after each batch's last job ended, counted in its CPU (`_to_end`: without it) and before
+    its RSS is read."""
+    if overdue_after is not None:
+        os.environ["TRAINHUB_HEARTBEAT_OVERDUE_AFTER"] = str(overdue_after)
     logs = Path(tempfile.mkdtemp(prefix="bench-soak-"))
     prefix = f"soak-{uuid.uuid4().hex[:6]}"
     async with kafka_bus(bootstrap) as (bus, address):
@@ -120,7 +158,8 @@ async def run(
         ]
         processes = [hub, *fleet]
         try:
-            await asyncio.sleep(5)  # the hub starts and hears every worker's heartbeat
+            await _ready(bus, topics, {f"c{i}" for i in range(workers)})
+            await asyncio.sleep(3)  # the hub hears them too
             rows: list[dict[str, Any]] = []
             for batch in range(batches):
                 before = {p.name: cpu_seconds(p.popen.pid) for p in processes}
@@ -133,20 +172,37 @@ async def run(
                     await submit_document_nowait(bus, topics, document)
                 await bus.flush()
                 last, phases = await ended(subscription, uids, timeout=1800)
+                at_end = {p.name: cpu_seconds(p.popen.pid) for p in processes}
+                # Each batch pays for its own clean-up (finished jobs leaving the hub and the
+                # workers once their retention passed), not the next one.
+                await asyncio.sleep(settle)
                 after = {p.name: cpu_seconds(p.popen.pid) for p in processes}
-                worker_cpu = sum(after[p.name] - before[p.name] for p in fleet)
+
+                def per_job(
+                    cpu: dict[str, float], *names: str, since: dict[str, float] = before
+                ) -> float:
+                    return round(1000 * sum(cpu[n] - since[n] for n in names) / jobs, 3)
+
+                workers_named = [p.name for p in fleet]
                 row = {
                     "batch": batch + 1,
                     "jobs": len(uids),
                     "ended": dict(phases),
                     "wall_s": round(last - started, 2),
-                    "hub_cpu_ms_per_job": round(
-                        1000 * (after[hub.name] - before[hub.name]) / jobs, 3
-                    ),
-                    "worker_cpu_ms_per_job": round(1000 * worker_cpu / jobs, 3),
+                    "hub_cpu_ms_per_job": per_job(after, hub.name),
+                    "worker_cpu_ms_per_job": per_job(after, *workers_named),
+                    "hub_cpu_ms_per_job_to_end": per_job(at_end, hub.name),
+                    "worker_cpu_ms_per_job_to_end": per_job(at_end, *workers_named),
                     "hub_rss_mb": round(rss_bytes(hub.popen.pid) / 2**20, 1),
                     "worker_rss_mb": [round(rss_bytes(p.popen.pid) / 2**20, 1) for p in fleet],
+                    "load_average_1m": round(os.getloadavg()[0], 2),
                 }
+                if profile is not None:
+                    for process in processes:  # this batch's profile of each
+                        process.popen.send_signal(signal.SIGUSR1)
+                if os.environ.get("TRAINHUB_OBJECT_COUNTS"):
+                    for process in processes:  # each one's live objects per type
+                        process.popen.send_signal(signal.SIGUSR2)
                 print(json.dumps(row), flush=True)
                 rows.append(row)
         finally:
@@ -164,12 +220,23 @@ async def run(
         "cleanPodPolicy": cleanup,
         "hub_finished_retention_s": finished_retention,
         "worker_run_retention_s": WorkerConfig(cluster="-").run_retention,
+        "worker_heartbeat_overdue_after_s": overdue_after,
+        "settle_s": settle,
         "rows": rows,
         "last_to_first_hub_cpu_per_job": ratio("hub_cpu_ms_per_job"),
         "last_to_first_worker_cpu_per_job": ratio("worker_cpu_ms_per_job"),
         "machine_cores": os.cpu_count(),
         "logs": str(logs),
     }
+
+
+def look_inside(folder: Path, variable: str) -> None:
+    """Every process started from here on imports bench/profiling/sitecustomize.py, which
+    writes what `variable` asks for (profiles, object counts) into `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    os.environ[variable] = str(folder.resolve())
+    here = str(Path(__file__).parent / "profiling")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
 
 
 def main() -> None:
@@ -185,9 +252,38 @@ def main() -> None:
         help="seconds the hub keeps a finished job (its setting; 24 h by default)",
     )
     parser.add_argument("--bootstrap")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="profile hub and workers with cProfile: one .prof per process and batch here",
+    )
+    parser.add_argument(
+        "--object-counts",
+        type=Path,
+        help="after each batch, each process writes its live objects per type here",
+    )
+    parser.add_argument(
+        "--overdue-after",
+        type=float,
+        help="the workers' heartbeat_overdue_after; under 1 (their heartbeat interval), "
+        "they sweep before every heartbeat",
+    )
+    parser.add_argument(
+        "--settle",
+        type=float,
+        help="seconds to wait after each batch, counted in its CPU (default: the hub's "
+        "and the workers' retention, plus 5 s, so that each batch pays its own clean-up)",
+    )
     parser.add_argument("--output", type=Path, default=RESULTS / "soak.json")
     args = parser.parse_args()
     setup_logging()
+    if args.profile is not None:
+        look_inside(args.profile, "TRAINHUB_CPROFILE")
+    if args.object_counts is not None:
+        look_inside(args.object_counts, "TRAINHUB_OBJECT_COUNTS")
+    settle = args.settle
+    if settle is None:
+        settle = max(args.finished_retention, WorkerConfig(cluster="-").run_retention) + 5
     result = asyncio.run(
         run(
             args.batches,
@@ -196,6 +292,9 @@ def main() -> None:
             args.clean_pod_policy,
             args.bootstrap,
             args.finished_retention,
+            args.profile,
+            args.overdue_after,
+            settle,
         )
     )
     args.output.write_text(json.dumps(result, indent=2) + "\n")

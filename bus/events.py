@@ -363,13 +363,19 @@ def header_is(record: Record, name: str, value: bytes) -> bool:
 
 
 async def events_to_end(
-    bus: Bus, topic: str, *, keys: set[str] | None = None, fence: EpochFence | None = None
+    bus: Bus,
+    topic: str,
+    *,
+    keys: set[str] | None = None,
+    fence: EpochFence | None = None,
+    positions: dict[TopicPartition, int] | None = None,
 ) -> AsyncIterator[CloudEvent]:
     """Every decodable event of `topic` from its start to its current end (no group), in
     each partition's order; `keys` keeps only records with those keys; `fence`: records of
     a hub that lost its leadership are passed over (bus/epochs.py). Undecodable records
-    are skipped: the topic's own consumers dead-letter them."""
-    async for record in records_to_end(bus, topic):
+    are skipped: the topic's own consumers dead-letter them. `positions`: read on from
+    there, and moved past every record read, whether passed over or not (`records_to_end`)."""
+    async for record in records_to_end(bus, topic, positions=positions):
         if fence is not None and not fence.admits(record):
             continue
         if keys is not None and (

@@ -9,11 +9,12 @@ import time
 import pytest
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from bus.base import BusError, Record, TopicSpec, UnknownTopicError
+from bus.base import BusError, Record, TopicPartition, TopicSpec, UnknownTopicError
 from bus.dead_letters import dead_letter_reason
 from bus.events import EventConsumer, publish_event
 from bus.kafka import KafkaBus
 from bus.kafka_settings import KafkaSettings
+from bus.reading import records_to_end
 from bus.topics import Topics
 from schemas.codec import decode_event
 from schemas.events import CloudEvent, EventType, JobRef, make_event
@@ -168,6 +169,25 @@ async def test_a_reader_without_group_is_not_caught_up_while_between_assignments
         assert lag == 4
     finally:
         await subscription.stop()
+
+
+async def test_a_reader_with_positions_reads_on_from_where_it_stopped(
+    bus: KafkaBus, topics: Topics
+) -> None:
+    """`records_to_end(positions=...)`: a second read gets only what came after the first."""
+    topic = topics.status
+    await bus.create_topics([TopicSpec(topic, partitions=2)])
+    for index in range(4):
+        await bus.publish(topic, f"a{index}".encode(), key=f"k{index}".encode())
+    positions: dict[TopicPartition, int] = {}
+    first = [r.value async for r in records_to_end(bus, topic, positions=positions)]
+    assert sorted(first) == [b"a0", b"a1", b"a2", b"a3"]
+    assert sum(positions.values()) == 4
+    for index in range(3):
+        await bus.publish(topic, f"b{index}".encode(), key=f"k{index}".encode())
+    second = [r.value async for r in records_to_end(bus, topic, positions=positions)]
+    assert sorted(second) == [b"b0", b"b1", b"b2"]
+    assert [r async for r in records_to_end(bus, topic, positions=positions)] == []
 
 
 async def test_unknown_topic_is_a_clear_fatal_error(bus: KafkaBus, topics: Topics) -> None:
