@@ -59,6 +59,13 @@ class TrainhubSettings(BaseSettings):
         description="Hub: seconds a job avoids a cluster that lost it or handed it back "
         "(pods unschedulable there).",
     )
+    unavailable_cluster_wait: float = Field(
+        default=900.0,
+        gt=0,
+        description="Hub: seconds a job waits (Queued, WaitingForCluster) while every cluster "
+        "that could hold it is unavailable (its worker stopped, restarts or is lost) before "
+        "it is rejected.",
+    )
     waiting_status_interval: float = Field(
         default=30.0,
         ge=0,
