@@ -93,6 +93,13 @@ class TrainhubSettings(BaseSettings):
         "heartbeat intervals; keep it below the hub's max_heartbeat_age).",
     )
 
+    default_managed_by: bool = Field(
+        default=True,
+        description="submit and up: give a job without runPolicy.managedBy trainhub's "
+        "(trainhub.io/dispatcher), as the SDK does; false: send it as written (the hub then "
+        "leaves it alone, Skipped, and submit warns).",
+    )
+
     placement: dict[str, Any] = Field(
         default_factory=dict,
         description="Placement settings: scoring weights, gpu_product_label, priority_classes, "
