@@ -17,7 +17,7 @@ from dispatcher.placement import Placement
 from schemas.cluster import ClusterSnapshot
 from schemas.events import ClusterScore
 from schemas.kubeflow import AnyJob
-from schemas.status import JobPhase
+from schemas.status import INVALID, JobPhase
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,11 @@ class SchedulingPass:
         in_flight = ledger.in_phase(*IN_FLIGHT_PHASES) if turns.config.limits_queues else ()
         for record, held in turns.order(queued, in_flight):
             assert record.job is not None
+            unknown = self._unknown_priority(record)
+            if unknown is not None:
+                self._stranded.pop(record.uid, None)
+                await self._reject(record, unknown, reason=INVALID)
+                continue
             if held is not None:
                 await self.note_waiting(record, held, WAITING_FOR_QUEUE)
                 continue
@@ -141,10 +146,25 @@ class SchedulingPass:
             WAITING_FOR_CLUSTER,
         )
 
-    async def _reject(self, record: JobRecord, message: str) -> None:
+    def _unknown_priority(self, record: JobRecord) -> str | None:
+        """Why the job's priorityClass is refused: the hub names its classes and this is
+        none of them (read as the default, it would run at a priority no one chose). With
+        no classes configured, every job has the default and none is refused."""
+        known = self._context.turns.config.priority_classes
+        policy = record.job.run_policy.schedulingPolicy if record.job is not None else None
+        name = policy.priorityClass if policy is not None else None
+        if not known or name is None or name in known:
+            return None
+        listed = ", ".join(f"{n} ({v})" for n, v in sorted(known.items(), key=lambda c: -c[1]))
+        return (
+            f"spec.runPolicy.schedulingPolicy.priorityClass: unknown class {name!r}; "
+            f"the hub knows {listed}"
+        )
+
+    async def _reject(self, record: JobRecord, message: str, reason: str = "Unschedulable") -> None:
         record.reject()
         self._context.metrics.decisions.labels(outcome="rejected").inc()
-        await self._statuses.publish(record, reason="Unschedulable", message=message)
+        await self._statuses.publish(record, reason=reason, message=message)
 
     async def note_waiting(self, record: JobRecord, reasons: str, why: str) -> None:
         """The first reason a job waits goes out at once; a changed one only once the last

@@ -95,3 +95,22 @@ async def test_a_job_no_cluster_could_ever_hold_is_still_rejected_at_once() -> N
         uid = await system.submit(jax_job("nowhere", workers=1, node_selector={"zone": "mars"}))
         await until(lambda: _status(system, uid)[0] == JobPhase.REJECTED, timeout=15)
         assert "can never fit" in (_status(system, uid)[2] or "")
+
+
+async def test_an_unknown_priority_class_is_refused_with_the_known_ones_listed() -> None:
+    options = _options()
+    options.settings = TrainhubSettings(placement={"priority_classes": {"high": 100, "low": -5}})
+    async with Embedded(options) as system:
+        unknown = jax_job("typo", workers=1)
+        unknown["spec"]["runPolicy"]["schedulingPolicy"] = {"priorityClass": "hihg"}
+        known = jax_job("urgent", workers=1)
+        known["spec"]["runPolicy"]["schedulingPolicy"] = {"priorityClass": "high"}
+        uids = [await system.submit(unknown), await system.submit(known)]
+        final = await system.wait_finished(uids, timeout=20)
+        assert final[uids[0]].phase == JobPhase.REJECTED
+        assert final[uids[0]].reason == "Invalid"
+        assert final[uids[0]].message == (
+            "spec.runPolicy.schedulingPolicy.priorityClass: unknown class 'hihg'; the hub "
+            "knows high (100), low (-5)"
+        )
+        assert final[uids[1]].phase == JobPhase.SUCCEEDED
