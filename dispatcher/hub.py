@@ -93,7 +93,7 @@ class Hub:
         self.follower = StatusFollower(self.context, redispatch)
         self.liveness = ClusterLiveness(self.context, self.outbox, redispatch)
         self.gate = ReportGate(self.context, self.follower, self.liveness)
-        self.scheduling = SchedulingPass(self.context, self.statuses)
+        self.scheduling = SchedulingPass(self.context, self.statuses, lambda: self.liveness.lost)
         # What the rest of the house reads of the hub (metrics, the embedded runner, tests):
         # the shared parts themselves, never replaced.
         self.bus, self.topics, self.config = bus, self.context.topics, config

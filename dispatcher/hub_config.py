@@ -20,7 +20,12 @@ class HubConfig:
     lost_after: float = 30.0
     """Seconds without a heartbeat after which a cluster is lost and its jobs re-dispatched."""
     exclusion_seconds: float = 300.0
-    """How long a job avoids a cluster that lost it or handed it back."""
+    """How long a job avoids a cluster that lost it or handed it back (not when its worker
+    handed it back because it stopped: the cluster did not fail the job)."""
+    unavailable_cluster_wait: float = 900.0
+    """Seconds a job waits while every cluster that could ever hold it is unavailable (its
+    worker stopped, restarts, is silent or reports unhealthy) before it is rejected. A
+    worker's rollout is "not now", never "never": a job pinned to that cluster waits."""
     waiting_status_interval: float = 30.0
     """Seconds a waiting job's published reason stands before a changed one goes out. Free
     amounts move with every heartbeat, and so do the reasons; publishing each change (with

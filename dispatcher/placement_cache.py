@@ -369,6 +369,10 @@ class ClusterFacts:
         if refusal is not None:
             return rejected(self.name, refusal, never=True)
         nodes = self.snapshot.nodes
+        if not nodes and not snapshot.healthy:
+            # A worker that stopped (or cannot read its cluster) reports no nodes: that says
+            # nothing of the nodes a restarted worker will find, so "not now", not "never".
+            return None
         fits, _, _ = surely_fits(
             lambda i: nodes[i].allocatable,
             self.pod_slot,

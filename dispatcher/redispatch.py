@@ -23,14 +23,17 @@ class Redispatcher:
         self._statuses = statuses
         self._outbox = outbox
 
-    async def __call__(self, record: JobRecord, reason: str, *, revoke: bool) -> None:
-        """Queue the job again, avoiding its cluster for `exclusion_seconds`; `revoke` tells
-        that cluster's worker to remove what is left of it."""
+    async def __call__(
+        self, record: JobRecord, reason: str, *, revoke: bool, avoid: bool = True
+    ) -> None:
+        """Queue the job again, avoiding its cluster for `exclusion_seconds` (unless not
+        `avoid`: its worker stopped, the cluster did not fail it); `revoke` tells that
+        cluster's worker to remove what is left of it."""
         context = self._context
         if revoke:
             await self._outbox.revoke(record, reason)
         context.reservations.release(record.uid)
-        record.requeue(context.config.exclusion_seconds)
+        record.requeue(context.config.exclusion_seconds if avoid else 0.0)
         context.metrics.redispatches.inc()
         log.warning("re-dispatching: %s", reason, extra={"job": record.uid})
         await self._statuses.publish(record, reason=REDISPATCHED, message=reason)

@@ -165,5 +165,8 @@ class StatusFollower:
         if record.phase.finished:
             return
         await self._redispatch(
-            record, f"handed back by {back.cluster}: {back.reason}", revoke=False
+            record,
+            f"handed back by {back.cluster}: {back.reason}",
+            revoke=False,
+            avoid=not back.stopping,
         )

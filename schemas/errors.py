@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 
 class ContractError(ValueError):
@@ -22,17 +25,27 @@ def _short(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def describe_validation_error(exc: ValidationError, prefix: str = "") -> str:
-    """One line per problem: `field.path: message (got <value>)`."""
+def describe_validation_error(
+    exc: ValidationError,
+    prefix: str = "",
+    hint: Callable[[ErrorDetails], str | None] | None = None,
+) -> str:
+    """One line per problem: `field.path: message (got <value>)`, and `hint`'s guess at
+    what was meant, where it has one."""
     lines = []
     for err in exc.errors(include_url=False):
-        path = ".".join(str(p) for p in err["loc"])
-        path = prefix + path if path else (prefix.rstrip(".") or "document")
-        message = err["msg"].removeprefix("Value error, ")
-        if err["type"] in {"missing"}:
-            lines.append(f"{path}: field required")
-        elif "(got " in message:  # our own checks name the value they refuse
-            lines.append(f"{path}: {message}")
-        else:
-            lines.append(f"{path}: {message} (got {_short(err.get('input'))})")
+        line = _line(err, prefix)
+        said = hint(err) if hint is not None else None
+        lines.append(line if said is None else f"{line}: {said}")
     return "; ".join(lines)
+
+
+def _line(err: ErrorDetails, prefix: str) -> str:
+    path = ".".join(str(p) for p in err["loc"])
+    path = prefix + path if path else (prefix.rstrip(".") or "document")
+    message = err["msg"].removeprefix("Value error, ")
+    if err["type"] in {"missing"}:
+        return f"{path}: field required"
+    if "(got " in message:  # our own checks name the value they refuse
+        return f"{path}: {message}"
+    return f"{path}: {message} (got {_short(err.get('input'))})"

@@ -161,6 +161,9 @@ class JobHandedBack(_Payload):
     cluster: str
     attempt: int = Field(ge=1)
     reason: str
+    stopping: bool = False
+    """Handed back because its worker stopped (its pods die with it), not because the
+    cluster failed the job: the hub does not keep the job off the cluster."""
 
 
 class ClusterRetired(_Payload):

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from schemas.errors import JobInvalid, describe_validation_error
 from schemas.kubeflow import JOB_CLASSES, AnyJob, derive_job_uid
+from schemas.validation_hints import misplacement_hint
 
 REMOVED_KINDS = {
     "MXJob": "MXJob was removed in Kubeflow Training Operator v1.9 and is not supported; "
@@ -123,7 +124,7 @@ def _describe(exc: ValidationError) -> str:
     errors = exc.errors(include_url=False)
     if errors and all(not e["loc"] and e["type"] == "value_error" for e in errors):
         return "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in errors)
-    return describe_validation_error(exc)
+    return describe_validation_error(exc, hint=misplacement_hint)
 
 
 def load_documents(text: str, origin: str = "<input>") -> list[Any]:

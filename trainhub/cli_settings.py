@@ -18,10 +18,11 @@ _PANEL = "Connection and settings (also TRAINHUB_* variables or --config FILE)"
 
 
 def _flag_type(annotation: Any) -> type:
-    """The flag's type from the setting's (`float | None` -> float); str for the rest
+    """The flag's type from the setting's (`float | None` -> float; a bool is a
+    `--x/--no-x` pair); str for the rest
     (strings and Literal choices, which the settings model then checks)."""
     members = typing.get_args(annotation) if typing.get_origin(annotation) else (annotation,)
-    for kind in (int, float):
+    for kind in (bool, int, float):
         if kind in members:
             return kind
     return str
@@ -30,9 +31,10 @@ def _flag_type(annotation: Any) -> type:
 def _flag(name: str) -> inspect.Parameter:
     field = TrainhubSettings.model_fields[name]
     flag_type: Any = _flag_type(field.annotation)
-    option = typer.Option(
-        f"--{name.replace('_', '-')}", help=field.description, rich_help_panel=_PANEL
-    )
+    flag = f"--{name.replace('_', '-')}"
+    if flag_type is bool:
+        flag = f"{flag}/--no-{flag.removeprefix('--')}"
+    option = typer.Option(flag, help=field.description, rich_help_panel=_PANEL)
     return inspect.Parameter(
         name,
         inspect.Parameter.KEYWORD_ONLY,

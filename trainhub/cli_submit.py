@@ -4,8 +4,9 @@ the reading of job files and the following that `trainhub up` shares."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -15,6 +16,7 @@ import typer
 from schemas.errors import ContractError
 from schemas.events import JobStatusUpdate
 from schemas.job_parsing import load_documents, read_text
+from schemas.run_policy import TRAINHUB_MANAGER
 from schemas.status import ALREADY_EXISTS, JobPhase
 from trainhub.bus_factory import make_bus
 from trainhub.cli_help import examples
@@ -36,6 +38,7 @@ def register(app: typer.Typer) -> None:
             "trainhub submit examples/jax-mnist-spmd/jaxjob.yaml --watch",
             "trainhub submit a.yaml b.yaml --bootstrap localhost:9092",
             "trainhub submit job.yaml --watch --no-live --topic-prefix demo",
+            "trainhub submit - < job.yaml",
         )
     )(submit)
 
@@ -43,7 +46,9 @@ def register(app: typer.Typer) -> None:
 @with_settings
 def submit(
     settings: TrainhubSettings,
-    job_files: Annotated[list[Path], typer.Argument(help="Job YAML/JSON files.")],
+    job_files: Annotated[
+        list[Path], typer.Argument(help="Job YAML/JSON files; - reads the documents from stdin.")
+    ],
     watch: Annotated[
         bool, typer.Option(help="Follow the jobs' status; exit 0 only if all Succeeded.")
     ] = False,
@@ -57,23 +62,76 @@ def submit(
     """Publish jobs to the bus (the jobs topic).
 
     With --watch, a live view of the jobs and the clusters on a terminal, one line per status
-    change when piped; exit 0 only if every job Succeeded, else 1."""
+    change when piped; exit 0 only if every job Succeeded, else 1 (naming each job that did
+    not, and why). A job without `runPolicy.managedBy` is given trainhub's, as the SDK does,
+    unless the setting `default_managed_by` is false (then it is warned of: the hub leaves
+    such a job alone, Skipped)."""
     require_bootstrap(settings)
+    texts = read_stdin(job_files)
     if validate:  # every bad document named by file and position, and none sent
-        exit_on_problems(read_job_files(job_files))
+        exit_on_problems(read_job_files(job_files, texts))
     try:
-        documents = [d for f in job_files for d in job_documents(f)]
+        documents = [d for f in job_files for d in job_documents(f, texts.get(f))]
     except ContractError as exc:
         raise fail(str(exc)) from None
+    for warning in managers(documents, settings.default_managed_by):
+        console.print(f"warning: {warning}", style="yellow", highlight=False)
     raise typer.Exit(asyncio.run(_submit(settings, documents, watch, want_live(live))))
 
 
-def job_documents(path: Path) -> list[dict[str, Any]]:
-    docs = load_documents(read_text(path), str(path))
+STDIN = Path("-")
+
+
+def read_stdin(paths: Sequence[Path]) -> dict[Path, str]:
+    """`-` among the files: stdin's text, read once."""
+    if STDIN not in paths:
+        return {}
+    if paths.count(STDIN) > 1:
+        raise fail("- (stdin) can be given once", code=2)
+    return {STDIN: sys.stdin.read()}
+
+
+def job_documents(path: Path, text: str | None = None) -> list[dict[str, Any]]:
+    """The job documents of a file (or of `text`, already read from it: stdin)."""
+    origin = "<stdin>" if path == STDIN else str(path)
+    docs = load_documents(read_text(path) if text is None else text, origin)
     bad = [d for d in docs if not isinstance(d, dict)]
     if bad or not docs:
-        raise ContractError(f"{path}: expected job documents (mappings)")
+        raise ContractError(f"{origin}: expected job documents (mappings)")
     return docs
+
+
+def managers(documents: Iterable[dict[str, Any]], default_managed_by: bool) -> list[str]:
+    """Give each job without `runPolicy.managedBy` trainhub's when `default_managed_by` (as
+    the SDK does: a stock Kubeflow document runs as written); else the warnings for the jobs
+    the hub will leave alone (Skipped), as it does those another manager owns."""
+    warnings = []
+    for document in documents:
+        spec = document.get("spec")
+        if not isinstance(spec, dict):
+            continue  # the hub refuses it; validation says why
+        policy = spec.get("runPolicy")
+        if policy is None:
+            policy = spec["runPolicy"] = {}
+        if not isinstance(policy, dict):
+            continue
+        manager = policy.get("managedBy")
+        if manager is None and default_managed_by:
+            policy["managedBy"] = TRAINHUB_MANAGER
+        elif manager != TRAINHUB_MANAGER:
+            said = manager or "unset (kubeflow.org/training-operator)"
+            warnings.append(
+                f"{_shown(document)}: runPolicy.managedBy is {said}: the hub records the job "
+                f"and leaves it alone (Skipped); set it to {TRAINHUB_MANAGER}"
+                + ("" if manager else " or leave the setting default_managed_by on")
+            )
+    return warnings
+
+
+def _shown(document: Mapping[str, Any]) -> str:
+    metadata = document.get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
+    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name', '?')}"
 
 
 async def _submit(
@@ -111,6 +169,8 @@ async def _submit(
                 await follow_until_finished(updates, len(uids), final, view.status)
         else:
             await follow_until_finished(updates, len(uids), final, StatusPrinter(console))
+        for line in unsuccessful(final, uids):
+            console.print(line, highlight=False)
         return 0 if all_succeeded(final) else 1
     finally:
         await bus.close()
@@ -119,6 +179,21 @@ async def _submit(
 def all_succeeded(final: dict[str, JobStatusUpdate]) -> bool:
     # A refused duplicate carries the existing job's phase: nothing ran for this call.
     return all(u.phase == JobPhase.SUCCEEDED and u.reason != ALREADY_EXISTS for u in final.values())
+
+
+def unsuccessful(final: dict[str, JobStatusUpdate], names: Mapping[str, str]) -> list[str]:
+    """A line per job that did not succeed, named (namespace/name), with its phase and
+    reason (the message went out with its status line, above or in the live view)."""
+    lines = []
+    for uid, update in final.items():
+        if update.phase == JobPhase.SUCCEEDED and update.reason != ALREADY_EXISTS:
+            continue
+        name = names.get(uid) or (
+            f"{update.namespace or 'default'}/{update.name}" if update.name else uid
+        )
+        why = update.reason or update.message
+        lines.append(f"{name}: {update.phase.value}" + (f" ({why})" if why else ""))
+    return lines
 
 
 async def follow_until_finished(

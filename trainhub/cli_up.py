@@ -23,7 +23,14 @@ from trainhub.cli_help import examples
 from trainhub.cli_live import LiveState, LiveView, want_live
 from trainhub.cli_output import console, fail
 from trainhub.cli_settings import with_settings
-from trainhub.cli_submit import LIVE_HELP, all_succeeded, follow_until_finished, job_documents
+from trainhub.cli_submit import (
+    LIVE_HELP,
+    all_succeeded,
+    follow_until_finished,
+    job_documents,
+    managers,
+    unsuccessful,
+)
 from trainhub.console_view import StatusPrinter
 from trainhub.embedded import Embedded, EmbeddedOptions
 from trainhub.logs import quiet_echoes
@@ -120,6 +127,8 @@ def up(
         _check_identities(documents)
     except (ContractError, ValueError) as exc:
         raise fail(str(exc)) from None
+    for warning in managers(documents, settings.default_managed_by):
+        console.print(f"warning: {warning}", style="yellow", highlight=False)
     try:
         settings.hub_config()
     except ValueError as exc:
@@ -207,8 +216,11 @@ async def _run_up(
         # exists already is refused, and its old run is not this one's outcome.
         since = int(time.time() * 1000) - 60_000
         submissions: dict[str, str] = {}
+        names_by_uid: dict[str, str] = {}
         for document in documents:
             uid, submissions[uid] = await submit_with_id(system.bus, system.topics, document)
+            said = names_of(document)
+            names_by_uid[uid] = f"{said.get('namespace', 'default')}/{said.get('name', uid)}"
         uids = list(submissions)
         final: dict[str, JobStatusUpdate] = {}
         # On the in-memory bus nothing else can resume a job held suspended: it is final.
@@ -238,6 +250,8 @@ async def _run_up(
                 for line in tail:
                     console.print(Text.assemble(("  " + pod, "dim"), " | ", line), highlight=False)
         ok = all_succeeded(final)
+        for line in unsuccessful(final, names_by_uid):
+            console.print(line, highlight=False)
         if held and any(u.phase == JobPhase.SUSPENDED for u in final.values()):
             console.print(
                 "a job held suspended (runPolicy.suspend) never runs here: nothing can resume "

@@ -4,7 +4,7 @@ malformed nodeAffinity, cluster-selector annotations, no replica at all)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,8 @@ class JobFiles:
 def _document_name(path: Path, index: int, count: int, document: Any) -> str:
     """`file` for a file's only document, else `file, document N`; with the kind and the
     namespace/name the document gives itself, when it gives them."""
-    where = str(path) if count == 1 else f"{path}, document {index}"
+    shown = _origin(path)
+    where = shown if count == 1 else f"{shown}, document {index}"
     names = names_of(document)
     name = names.get("name")
     named = f"{names.get('namespace', 'default')}/{name}" if name else None
@@ -47,19 +48,25 @@ def _document_name(path: Path, index: int, count: int, document: Any) -> str:
     return f"{where} ({said})" if said else where
 
 
-def read_job_files(paths: Iterable[Path]) -> JobFiles:
+def _origin(path: Path) -> str:
+    """How a file is named in problems (`-`: stdin)."""
+    return "<stdin>" if str(path) == "-" else str(path)
+
+
+def read_job_files(paths: Iterable[Path], texts: Mapping[Path, str] | None = None) -> JobFiles:
     """Every job of the files that the hub would accept, checked one document at a time: a
     bad document (or an unreadable file) is a problem of its own, named by file, position,
-    kind and name, and hides none of the others."""
+    kind and name, and hides none of the others. `texts`: paths already read (stdin)."""
     found = JobFiles()
     for path in paths:
         try:
-            documents = load_documents(read_text(path), str(path))
+            text = texts[path] if texts is not None and path in texts else read_text(path)
+            documents = load_documents(text, _origin(path))
         except ContractError as exc:
             found.problems.append(str(exc))
             continue
         if not documents:
-            found.problems.append(f"{path}: no job document found")
+            found.problems.append(f"{_origin(path)}: no job document found")
         for index, document in enumerate(documents, start=1):
             try:
                 found.jobs.append(validate_job(document))

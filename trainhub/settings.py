@@ -59,6 +59,13 @@ class TrainhubSettings(BaseSettings):
         description="Hub: seconds a job avoids a cluster that lost it or handed it back "
         "(pods unschedulable there).",
     )
+    unavailable_cluster_wait: float = Field(
+        default=900.0,
+        gt=0,
+        description="Hub: seconds a job waits (Queued, WaitingForCluster) while every cluster "
+        "that could hold it is unavailable (its worker stopped, restarts or is lost) before "
+        "it is rejected.",
+    )
     waiting_status_interval: float = Field(
         default=30.0,
         ge=0,
@@ -96,6 +103,13 @@ class TrainhubSettings(BaseSettings):
         max_length=253,
         description="Worker: the schedulerName of the gang scheduler (default volcano, or "
         "scheduler-plugins-scheduler); a pod template's own schedulerName is kept.",
+    )
+
+    default_managed_by: bool = Field(
+        default=True,
+        description="submit and up: give a job without runPolicy.managedBy trainhub's "
+        "(trainhub.io/dispatcher), as the SDK does; false: send it as written (the hub then "
+        "leaves it alone, Skipped, and submit warns).",
     )
 
     placement: dict[str, Any] = Field(

@@ -416,7 +416,9 @@ class Worker:
                 return
             await self.backend.delete_job(uid, run.job.metadata.namespace)
             self._forget(run)
-            back = JobHandedBack(uid=uid, cluster=self.cluster, attempt=run.attempt, reason=reason)
+            back = JobHandedBack(
+                uid=uid, cluster=self.cluster, attempt=run.attempt, reason=reason, stopping=stopping
+            )
             await publish_payload(
                 self.bus,
                 self.topics.reports(self.cluster),

@@ -105,7 +105,7 @@ async def test_the_hub_places_nothing_on_a_name_two_workers_report() -> None:
     finally:
         await hub.stop()
     statuses = [e.data_as(JobStatusUpdate) async for e in events_to_end(bus, topics.status)]
-    waiting = [u for u in statuses if u.uid == uid and u.reason == "WaitingForCapacity"]
+    waiting = [u for u in statuses if u.uid == uid and u.reason == "WaitingForCluster"]
     assert waiting and "instances a and b" in (waiting[0].message or "")
 
 

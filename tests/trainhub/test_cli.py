@@ -276,3 +276,47 @@ def test_submit_names_each_bad_document_and_sends_none(tmp_path: Path) -> None:
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"{jobs}, document 2 (FooJob default/foo): kind: unknown kind 'FooJob'" in result.stderr
     assert "submitted" not in result.stdout
+
+
+def _unmanaged(name: str) -> dict[str, object]:
+    """A stock Kubeflow document: no runPolicy.managedBy."""
+    document = jax_job(name, workers=1, managed=False)
+    del document["spec"]["runPolicy"]
+    return document
+
+
+def test_up_runs_a_stock_kubeflow_document_and_names_each_job_that_did_not_succeed(
+    tmp_path: Path,
+) -> None:
+    stock = tmp_path / "stock.yaml"
+    stock.write_text(yaml.safe_dump(_unmanaged("stock")))
+    ran = trainhub("up", "--backend", "sim", "--no-live", "--exit-on-finish", str(stock))
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "Succeeded" in ran.stdout and "Skipped" not in ran.stdout
+    # Without the default: warned of at once, Skipped by the hub, and named at the end.
+    failing = tmp_path / "failing.yaml"
+    failing.write_text(yaml.safe_dump(jax_job("failing", workers=1, exit_code="3")))
+    args = ("up", "--backend", "sim", "--no-live", "--exit-on-finish", "--no-default-managed-by")
+    left = trainhub(*args, str(stock), str(failing))
+    assert left.returncode == 1, left.stdout + left.stderr
+    out = " ".join(left.stdout.split())  # rich wraps long lines
+    assert "warning: default/stock: runPolicy.managedBy is unset" in out
+    assert "default/stock: Skipped (" in out
+    assert "default/failing: Failed (" in out
+    assert "some jobs did not succeed" in out
+
+
+def test_submit_reads_stdin_and_names_it_in_problems() -> None:
+    broken = jax_job("broken", workers=1)
+    broken["spec"]["jaxReplicaSpecs"]["Worker"]["replicas"] = "two"
+    result = subprocess.run(
+        [sys.executable, "-m", "trainhub", "submit", "-", "--bootstrap", "127.0.0.1:1"],
+        input=yaml.safe_dump(broken),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "<stdin> (JAXJob default/broken):" in result.stderr, result.stderr
+    assert "submitted" not in result.stdout

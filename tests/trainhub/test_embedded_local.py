@@ -63,6 +63,20 @@ async def test_exit_code_becomes_pod_and_job_failure(tmp_path: Path) -> None:
         assert "exited with code 5" in (final[uid].message or "")
 
 
+async def test_a_job_without_a_command_fails_at_once_on_the_local_backend(tmp_path: Path) -> None:
+    # Kubeflow's examples rely on the image's entrypoint; under OnFailure the pod used to be
+    # restarted for ever (one "Restarting ... exited with code 127", then nothing).
+    document = _rendezvous_job("entrypoint")
+    spec = document["spec"]["jaxReplicaSpecs"]["Worker"]  # type: ignore[index]
+    spec["restartPolicy"] = "OnFailure"
+    del spec["template"]["spec"]["containers"][0]["command"]
+    async with Embedded(_options(tmp_path)) as system:
+        uid = await system.submit(document)
+        final = await system.wait_finished([uid], timeout=20)
+        assert final[uid].phase == JobPhase.FAILED
+        assert "has no command: the local backend" in (final[uid].message or "")
+
+
 @pytest.mark.slow
 async def test_jax_example_trains_across_two_processes(tmp_path: Path) -> None:
     document = yaml.safe_load((ROOT / "examples/jax-mnist-spmd/jaxjob.yaml").read_text())

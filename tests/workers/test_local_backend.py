@@ -16,7 +16,7 @@ import pytest
 from schemas.job_parsing import parse_job
 from tests.workers.job_documents import job_document, replica
 from workers.backends.base import PodObservation
-from workers.backends.local import LocalBackend
+from workers.backends.local import CannotRunLocally, LocalBackend
 from workers.cluster_spec import parse_cluster_spec
 from workers.network import LoopbackNetwork
 from workers.rendering import PodPlan, RenderedJob, render_job
@@ -171,15 +171,18 @@ async def test_environment_and_arguments_resolve_like_the_kubelets(backend: Loca
     assert args == ["127.0.0.1", "$(X)"]
 
 
-async def test_an_unresolvable_variable_fails_the_pod(backend: LocalBackend) -> None:
+async def test_an_unresolvable_variable_refuses_the_pod_for_good(backend: LocalBackend) -> None:
+    # No restart would resolve it: refused, which fails the job at once (issue 29).
     document = job_document("JAXJob", "secretive", {"Worker": replica(1)})
     container = document["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     container["env"] = [{"name": "T", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]
     job = render_job(parse_job(document), LoopbackNetwork())
-    await backend.create_pod(job.job.uid, job.pods[0])
-    failed = await next_observation(backend)
-    assert (failed.phase, failed.exit_code) == ("Failed", 127)
-    assert failed.message == "env T: secretKeyRef cannot be read on the local backend"
+    with pytest.raises(CannotRunLocally) as refused:
+        await backend.create_pod(job.job.uid, job.pods[0])
+    assert str(refused.value) == (
+        "pod secretive-worker-0: env T: secretKeyRef cannot be read on the local backend"
+    )
+    assert not refused.value.transient
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -199,7 +202,7 @@ import asyncio, os, signal, sys
 from pathlib import Path
 from schemas.job_parsing import parse_job
 from tests.workers.job_documents import job_document, replica
-from workers.backends.local import LocalBackend
+from workers.backends.local import CannotRunLocally, LocalBackend
 from workers.cluster_spec import parse_cluster_spec
 from workers.network import LoopbackNetwork
 from workers.rendering import render_job

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO
 
 from bus.aiotasks import TaskOwner
-from workers.backends.base import Backend, Capacity, PodObservation, PodPhase
+from workers.backends.base import Backend, BackendError, Capacity, PodObservation, PodPhase
 from workers.backends.crash_backoff import CrashBackoff
 from workers.backends.node_pool import NodePool
 from workers.backends.pod_env import ProcessSpec, UnresolvableEnv, process_spec
@@ -84,6 +84,11 @@ MASTER_WAIT_INTERVAL = 2.0
 _CONNECT_TIMEOUT = 2.0
 
 
+class CannotRunLocally(BackendError):
+    """A pod the local backend can never start as written (no command, a variable it cannot
+    resolve): a refusal for good, which fails the job at once."""
+
+
 @dataclass
 class _LocalPod:
     job_uid: str
@@ -138,23 +143,29 @@ class LocalBackend(Backend):
         """Nothing to create: services are 127.0.0.1 with ports from the job's network."""
 
     async def create_pod(self, job_uid: str, pod: PodPlan) -> None:
+        """Start the pod's process; `CannotRunLocally` when it can never start here as
+        written (no restart would help: the job fails at once rather than restart for good)."""
         key = f"{pod.namespace}/{pod.name}"
         if key in self._pods:
             return
+        container = pod.main_container
+        try:
+            spec = process_spec(pod, container, _NODE)
+        except UnresolvableEnv as exc:
+            raise CannotRunLocally(f"pod {pod.name}: {exc}") from None
+        if not spec.argv:
+            raise CannotRunLocally(
+                f"pod {pod.name}: container {container.name!r} has no command: the local "
+                "backend runs each container's command as a process and cannot know an "
+                "image's entrypoint; give the container a command (and args), or run the job "
+                "on a kube cluster"
+            )
         local = _LocalPod(job_uid, pod, self.logs_dir / f"{pod.namespace}_{pod.name}.log")
         self._pods[key] = local
         self._jobs.setdefault(job_uid, set()).add(key)
         delay = self.backoff.delay(key)
-        try:
-            spec = process_spec(pod, pod.main_container, _NODE)
-        except UnresolvableEnv as exc:
-            await self._cannot_start(key, local, str(exc), delay)
-            return
         for warning in spec.warnings:
             log.warning("pod %s: %s", key, warning, extra={"job": job_uid})
-        if not spec.argv:
-            await self._cannot_start(key, local, "the local backend needs a command", delay)
-            return
         local.bound = self.pool.bind(key, pod.requests, {}) is not None
         if not local.bound:
             log.warning("local node is over-committed by pod %s", key, extra={"job": job_uid})
@@ -163,21 +174,6 @@ class LocalBackend(Backend):
         else:
             await self._emit(local, "Pending")
             local.starter = self._tasks.spawn(self._start_later(key, local, spec, delay), key)
-
-    async def _cannot_start(self, key: str, pod: _LocalPod, why: str, delay: float) -> None:
-        """A pod that fails before it starts fails after the crash backoff too: a worker
-        restarting it under OnFailure would otherwise loop on it without a pause."""
-        if not delay:
-            await self._emit(pod, "Failed", CANNOT_START, why)
-            return
-
-        async def later() -> None:
-            log.info("%s restarts in %gs (crash backoff)", key, delay, extra={"job": pod.job_uid})
-            await asyncio.sleep(delay)
-            await self._emit(pod, "Failed", CANNOT_START, why)
-
-        await self._emit(pod, "Pending")
-        pod.starter = self._tasks.spawn(later(), key)
 
     async def _start_later(self, key: str, pod: _LocalPod, spec: ProcessSpec, delay: float) -> None:
         """Start once the crash backoff has passed and the master accepts connections."""
