@@ -72,6 +72,10 @@ _MAX_BATCH_BYTES = 512 * 1024
 """Below the broker's default message.max.bytes (1 MiB), which a batch must fit."""
 _T = TypeVar("_T")
 
+CLOSE_GRACE_S = 5.0
+"""How long closing waits for queued records. aiokafka's own stop waits up to the delivery
+timeout (minutes) when no broker answers, which would hold a SIGTERMed process that long."""
+
 
 def _transient(exc: BaseException) -> bool:
     """Errors a broker restart or a leader move causes, which go away by themselves:
@@ -201,11 +205,12 @@ class KafkaBus(Bus):
         conn.close()
 
     async def close(self) -> None:
-        if self._producer is not None:
-            await self._producer.stop()
-        if self._admin is not None:
-            await self._admin.close()
+        producer, admin = self._producer, self._admin
         self._producer = self._admin = None
+        if producer is not None:
+            await _stop_producer(producer, CLOSE_GRACE_S)
+        if admin is not None:
+            await admin.close()
 
     def _started_producer(self) -> AIOKafkaProducer:
         if self._producer is None:
@@ -673,3 +678,39 @@ class KafkaSubscription(Subscription):
             self._bus.settings, lambda: consumer.end_offsets(partitions)
         )
         return ends
+
+
+async def _stop_producer(producer: AIOKafkaProducer, grace: float) -> None:
+    """Deliver what is queued if a broker takes it within `grace`; otherwise fail those
+    records (their senders see the error; nothing was acknowledged for them) and stop."""
+    try:
+        await asyncio.wait_for(producer.flush(), grace)
+    except TimeoutError:
+        log.warning(
+            "closing with records the broker has not taken after %.0f s; they fail undelivered",
+            grace,
+        )
+        await _give_up_queued(producer)
+    await producer.stop()
+
+
+async def _give_up_queued(producer: AIOKafkaProducer) -> None:
+    """aiokafka has no public way to drop what it could not deliver. Its sender, cancelled,
+    still awaits its requests in flight (each retried up to the delivery timeout), so it is
+    cancelled until it is gone; only then are the queued batches failed, as failing a batch
+    a request still holds makes the sender's retry trip over it."""
+    sender = producer._sender.sender_task
+    while sender is not None and not sender.done():
+        sender.cancel()
+        await asyncio.wait([sender], timeout=0.5)
+    accumulator = producer._message_accumulator
+    queued = [b for queue in accumulator._batches.values() for b in queue]
+    # A batch sent once and queued again for a retry still has the callback that drops it
+    # from the pending set when it ends: it must be in that set when it fails.
+    accumulator._pending_batches.update(queued)
+    batches = list(accumulator._pending_batches)
+    accumulator.fail_all(KafkaConnectionError("the producer closed before a broker took it"))
+    for batch in batches:  # their senders were told; keep asyncio from logging them again
+        for future in (batch.future, *(f for f, _ in batch._msg_futures)):
+            if future.done() and not future.cancelled():
+                future.exception()

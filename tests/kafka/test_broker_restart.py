@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bus.base import BusError
-from bus.kafka import KafkaBus
+from bus.base import BusError, TopicSpec
+from bus.kafka import CLOSE_GRACE_S, KafkaBus
 from bus.kafka_settings import KafkaSettings
 from bus.topics import Topics
 from schemas.events import JobStatusUpdate
@@ -270,3 +270,30 @@ def test_sigterm_stops_hub_and_worker_promptly_and_cleanly_without_a_broker(
     finally:
         for process in running:
             process.terminate()
+
+
+async def _close_with_a_record_the_broker_never_took(broker: OwnBroker) -> tuple[float, object]:
+    bus = KafkaBus(KafkaSettings(bootstrap=broker.current.bootstrap, client_id="closing"))
+    await bus.start()
+    topic = "closing-while-gone"
+    await bus.create_topics([TopicSpec(topic, partitions=1)])
+    await bus.publish(topic, b"delivered")
+    stop_kafka(broker.current)
+    pending = asyncio.create_task(bus.publish(topic, b"never taken"))
+    await asyncio.sleep(1.0)
+    assert not pending.done()
+    started = time.monotonic()
+    await bus.close()
+    took = time.monotonic() - started
+    outcome = await asyncio.gather(pending, return_exceptions=True)
+    return took, outcome[0]
+
+
+def test_closing_with_the_broker_gone_fails_queued_records_within_the_grace(
+    own_broker: OwnBroker,
+) -> None:
+    # aiokafka's stop alone waits the delivery timeout (120 s) for a record no broker takes;
+    # a SIGTERMed hub or worker must not hang on it.
+    took, outcome = asyncio.run(_close_with_a_record_the_broker_never_took(own_broker))
+    assert took < CLOSE_GRACE_S + 5, took
+    assert isinstance(outcome, BaseException), outcome
