@@ -25,7 +25,7 @@ from trainhub.cli_jobs import (
     format_age,
     print_structured,
 )
-from trainhub.cli_settings import with_settings
+from trainhub.cli_settings import READ_BUS, with_settings
 from trainhub.sdk import AsyncTrainHubClient
 from trainhub.sdk_errors import JobNotFoundError
 from trainhub.sdk_view import TrainHubJob
@@ -322,7 +322,7 @@ def get_jobs_command(kind: str | None, resource: str) -> Callable[..., None]:
         if kind is None
         else f"List {kind}s (the options of `trainhub get jobs`)."
     )
-    return with_settings(command)
+    return with_settings(*READ_BUS)(command)
 
 
 def register(get_app: typer.Typer) -> None:

@@ -30,7 +30,7 @@ from schemas.job_parsing import parse_job
 from schemas.kubeflow import AnyJob
 from schemas.quantity import format_quantity
 from trainhub.cli_help import examples
-from trainhub.cli_settings import with_settings
+from trainhub.cli_settings import READ_BUS, with_settings
 from trainhub.console_view import decision_table, error_text
 from trainhub.sdk import AsyncTrainHubClient
 from trainhub.sdk_errors import JobNotFoundError, LogsUnavailableError
@@ -219,7 +219,7 @@ def resource_share(snapshot: ClusterSnapshot, resource: str, show: Callable[[Dec
     "clusters",
     epilog=examples("trainhub get clusters", "trainhub get clusters -o wide"),
 )
-@with_settings
+@with_settings(*READ_BUS, "max_heartbeat_age")
 def get_clusters(
     settings: TrainhubSettings,
     output: Annotated[ListOutput, typer.Option("-o", "--output")] = ListOutput.text,
@@ -382,7 +382,7 @@ def describe_text(job: TrainHubJob) -> None:
         "trainhub describe job mnist -n team-a -o yaml",
     ),
 )
-@with_settings
+@with_settings(*READ_BUS)
 def describe_job(
     settings: TrainhubSettings,
     job: Annotated[str, typer.Argument(help="NAME, NAMESPACE/NAME or uid.")],
@@ -425,7 +425,7 @@ class LinePrefixer:
         return rest
 
 
-@with_settings
+@with_settings(*READ_BUS)
 def update(
     settings: TrainhubSettings,
     job_file: Annotated[Path, typer.Argument(help="The job's new YAML/JSON document.")],
@@ -453,7 +453,7 @@ def update(
     console.print(f"update sent for {job_file} (uid {uid})", highlight=False)
 
 
-@with_settings
+@with_settings(*READ_BUS)
 def logs(
     settings: TrainhubSettings,
     job: Annotated[str, typer.Argument(help="NAME, NAMESPACE/NAME or uid.")],
