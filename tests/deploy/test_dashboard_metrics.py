@@ -53,6 +53,15 @@ async def test_every_queried_series_is_exported_with_its_labels(scrape: Scrape) 
     assert not problems, "\n".join(problems)
 
 
+async def test_no_created_series_are_exported(scrape: Scrape) -> None:
+    # The counters are there (so would their _created series be, were they on).
+    assert scrape.has("training_operator_jobs_created_total")
+    assert scrape.has("trainhub_placement_latency_seconds_count")
+    created = sorted({n for n, _ in scrape.samples() if n.endswith("_created")})
+    assert created == [], created
+    assert "_created{" not in scrape.text and "_created " not in scrape.text
+
+
 async def test_the_numbers_follow_what_happened(scrape: Scrape) -> None:
     jax = {"job_namespace": "default", "framework": "jax"}
     assert scrape.value("training_operator_jobs_created_total", **jax) == 4
