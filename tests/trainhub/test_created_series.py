@@ -22,10 +22,10 @@ def created_on() -> Iterator[None]:
     """The library's default (on), as a process that has not yet started a service has it;
     the setting as it was afterwards (it is process-wide)."""
     was_on = prometheus_client.metrics._use_created
-    prometheus_client.enable_created_metrics()
+    prometheus_client.enable_created_metrics()  # type: ignore[no-untyped-call]
     yield
     if not was_on:
-        prometheus_client.disable_created_metrics()
+        prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 
 
 @pytest.fixture
