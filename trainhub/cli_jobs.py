@@ -335,6 +335,17 @@ def _events_table(job: TrainHubJob) -> Table:
     return table
 
 
+def _priority_text(job: TrainHubJob) -> str:
+    """The class and the number the hub resolved it to (placement.priority_classes)."""
+    if job.phase is None:
+        return job.priority_class or "-"
+    if job.priority is None:
+        return f"{job.priority_class or '-'} (not a class the hub knows)"
+    if job.priority_class is None:
+        return f"{job.priority} (no priorityClass: the default)"
+    return f"{job.priority} (priorityClass {job.priority_class})"
+
+
 def describe_text(job: TrainHubJob) -> None:
     parsed = _parsed(job)
     phase = job.phase.value if job.phase else "Submitted"
@@ -343,6 +354,7 @@ def describe_text(job: TrainHubJob) -> None:
         ("UID", job.uid),
         ("Kind", f"{job.kind or '-'} ({job.framework or '-'})"),
         ("Queue", job.queue or "default"),
+        ("Priority", _priority_text(job)),
         ("Phase", phase + (f" ({job.reason})" if job.reason and job.reason != phase else "")),
         ("Message", job.message or ""),
         ("Cluster", f"{job.cluster} (attempt {job.attempt})" if job.cluster else "-"),
