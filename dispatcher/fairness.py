@@ -41,11 +41,25 @@ class FairnessConfig:
     """The limit of queues not named in `queue_limits`; None is unlimited."""
 
     def priority_of(self, record: JobRecord) -> int:
-        policy = record.job.run_policy.schedulingPolicy if record.job is not None else None
-        name = policy.priorityClass if policy is not None else None
+        name = self.class_of(record)
         if name is None:
             return self.default_priority
         return self.priority_classes.get(name, self.default_priority)
+
+    def class_of(self, record: JobRecord) -> str | None:
+        """The job's priorityClass, None where it names none."""
+        policy = record.job.run_policy.schedulingPolicy if record.job is not None else None
+        return policy.priorityClass if policy is not None else None
+
+    def known_priority(self, record: JobRecord) -> int | None:
+        """The job's priority as the hub shows it: None for a class not among the configured
+        ones (the hub rejects such a job), or for a record without its job."""
+        name = self.class_of(record)
+        if record.job is None or (
+            name is not None and self.priority_classes and name not in self.priority_classes
+        ):
+            return None
+        return self.priority_of(record)
 
     def queue_of(self, record: JobRecord) -> str:
         return record.queue or self.default_queue

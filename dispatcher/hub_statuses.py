@@ -31,6 +31,7 @@ class HubStatuses:
         if submission is None:
             record.reason, record.message = reason, message
         context = self._context
+        fairness = context.turns.config
         update = JobStatusUpdate(
             uid=record.uid,
             name=record.name,
@@ -39,6 +40,8 @@ class HubStatuses:
             framework=record.framework,
             # The queue the hub counts the job in, its default when the job names none.
             queue=record.queue or context.default_queue,
+            priority_class=fairness.class_of(record),
+            priority=fairness.known_priority(record),
             phase=record.phase,
             cluster=record.cluster,
             attempt=record.attempt,

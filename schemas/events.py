@@ -185,6 +185,12 @@ class JobStatusUpdate(_Payload):
     kind: str | None = None
     framework: str | None = None
     queue: str | None = None
+    priority_class: str | None = None
+    """The job's `schedulingPolicy.priorityClass` (hub statuses; None: it names none)."""
+    priority: int | None = None
+    """The priority the hub places the job at: the number its `placement.priority_classes`
+    gives the class, or the default (0) for a job that names none (hub statuses; None: the
+    class is one the hub does not know, and the job is rejected)."""
     phase: JobPhase
     cluster: str | None = None
     attempt: int = Field(default=0, ge=0)

@@ -10,6 +10,7 @@ from typing import Any, TypedDict, TypeGuard
 import yaml
 from pydantic import ValidationError
 
+from schemas.bounded_yaml import load_all_bounded
 from schemas.errors import JobInvalid, describe_validation_error
 from schemas.kubeflow import JOB_CLASSES, AnyJob, derive_job_uid
 from schemas.validation_hints import misplacement_hint
@@ -129,7 +130,8 @@ def _describe(exc: ValidationError) -> str:
 
 def load_documents(text: str, origin: str = "<input>") -> list[Any]:
     """YAML (multi-document) or JSON text to Python objects, a top-level list being a list
-    of documents; syntax errors become JobInvalid."""
+    of documents; syntax errors and aliases that expand too far (schemas/bounded_yaml.py)
+    become JobInvalid."""
     text = text.removeprefix("\ufeff")
     if text.lstrip().startswith(("{", "[")):
         try:
@@ -140,7 +142,7 @@ def load_documents(text: str, origin: str = "<input>") -> list[Any]:
     stream = io.StringIO(text)
     stream.name = origin  # PyYAML names the stream in its error marks
     try:
-        documents = [d for d in yaml.safe_load_all(stream) if d is not None]
+        documents = [d for d in load_all_bounded(stream) if d is not None]
     except yaml.YAMLError as exc:
         raise JobInvalid(f"{origin}: not valid YAML or JSON: {exc}") from exc
     if len(documents) == 1 and isinstance(documents[0], list):

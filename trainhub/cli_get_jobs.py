@@ -25,7 +25,7 @@ from trainhub.cli_jobs import (
     format_age,
     print_structured,
 )
-from trainhub.cli_settings import with_settings
+from trainhub.cli_settings import READ_BUS, with_settings
 from trainhub.sdk import AsyncTrainHubClient
 from trainhub.sdk_errors import JobNotFoundError
 from trainhub.sdk_view import TrainHubJob
@@ -105,13 +105,16 @@ def labels_of(job: TrainHubJob) -> dict[str, str]:
 def job_item(job: TrainHubJob) -> dict[str, Any]:
     """The job as kubectl would print its object: the document as submitted with
     `metadata.uid` and `creationTimestamp`, its Kubeflow `status`, and trainhub's view of it
-    (phase, cluster, attempt, queue, reason, message) under `status.trainhub`."""
+    (phase, cluster, attempt, queue, priorityClass and the priority the hub resolved it to,
+    reason, message) under `status.trainhub`."""
     document: dict[str, Any] = to_document(job_object(job, job.kind or "PyTorchJob"))
     document["status"]["trainhub"] = {
         "phase": job.phase.value if job.phase else "Submitted",
         "cluster": job.cluster,
         "attempt": job.attempt,
         "queue": job.queue or "default",
+        "priorityClass": job.priority_class,
+        "priority": job.priority,
         "reason": job.reason,
         "message": job.message,
     }
@@ -135,7 +138,7 @@ def resource_name(job: TrainHubJob | JobStatusUpdate) -> str:
 # -- tables ----------------------------------------------------------------------------------
 
 _COLUMNS = ["NAMESPACE", "NAME", "KIND", "QUEUE", "PHASE", "CLUSTER", "AGE"]
-_WIDE = ["ATTEMPT", "UID", "REASON", "MESSAGE"]
+_WIDE = ["PRIORITY", "ATTEMPT", "UID", "REASON", "MESSAGE"]
 
 
 def _row(job: TrainHubJob | JobStatusUpdate, created: datetime | None, wide: bool) -> list[str]:
@@ -150,8 +153,21 @@ def _row(job: TrainHubJob | JobStatusUpdate, created: datetime | None, wide: boo
         format_age(created),
     ]
     if wide:
-        row += [str(job.attempt), job.uid, job.reason or "", job.message or ""]
+        row += [format_priority(job), str(job.attempt), job.uid]
+        row += [job.reason or "", job.message or ""]
     return row
+
+
+_PRIORITY = ("priority_class", "priority")
+
+
+def format_priority(job: TrainHubJob | JobStatusUpdate) -> str:
+    """`100 (high)`: the priority the hub resolved and the class it came from; `0` for the
+    default; `? (nosuch)` for a class the hub does not know; `-` before the hub's word."""
+    number = "-" if job.priority is None else str(job.priority)
+    if job.priority_class is None:
+        return number
+    return f"{'?' if job.priority is None and job.phase else number} ({job.priority_class})"
 
 
 def _table(wide: bool) -> Table:
@@ -217,12 +233,19 @@ async def _watch(
     interrupted (or `timeout` seconds), as `kubectl get -w` prints them."""
     wide = output == GetOutput.wide
     created = {j.uid: j.created for j in shown}
+    # Workers' statuses say nothing of priority: a job's rows keep what the hub last said.
+    priorities = {j.uid: (j.priority_class, j.priority) for j in shown}
 
     async def follow() -> None:
         async for event in client.stream(from_time=datetime.now(UTC)):
             update = event.update
             if not keep(update):
                 continue
+            if update.priority_class is None and update.priority is None:
+                known = priorities.get(update.uid, (None, None))
+                update = update.model_copy(update=dict(zip(_PRIORITY, known, strict=True)))
+            else:
+                priorities[update.uid] = (update.priority_class, update.priority)
             first = created.setdefault(update.uid, event.time)
             if output == GetOutput.name:
                 console.print(resource_name(update), highlight=False)
@@ -322,7 +345,7 @@ def get_jobs_command(kind: str | None, resource: str) -> Callable[..., None]:
         if kind is None
         else f"List {kind}s (the options of `trainhub get jobs`)."
     )
-    return with_settings(command)
+    return with_settings(*READ_BUS)(command)
 
 
 def register(get_app: typer.Typer) -> None:

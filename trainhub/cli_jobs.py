@@ -30,7 +30,7 @@ from schemas.job_parsing import parse_job
 from schemas.kubeflow import AnyJob
 from schemas.quantity import format_quantity
 from trainhub.cli_help import examples
-from trainhub.cli_settings import with_settings
+from trainhub.cli_settings import READ_BUS, with_settings
 from trainhub.console_view import decision_table, error_text
 from trainhub.sdk import AsyncTrainHubClient
 from trainhub.sdk_errors import JobNotFoundError, LogsUnavailableError
@@ -219,7 +219,7 @@ def resource_share(snapshot: ClusterSnapshot, resource: str, show: Callable[[Dec
     "clusters",
     epilog=examples("trainhub get clusters", "trainhub get clusters -o wide"),
 )
-@with_settings
+@with_settings(*READ_BUS, "max_heartbeat_age")
 def get_clusters(
     settings: TrainhubSettings,
     output: Annotated[ListOutput, typer.Option("-o", "--output")] = ListOutput.text,
@@ -335,6 +335,17 @@ def _events_table(job: TrainHubJob) -> Table:
     return table
 
 
+def _priority_text(job: TrainHubJob) -> str:
+    """The class and the number the hub resolved it to (placement.priority_classes)."""
+    if job.phase is None:
+        return job.priority_class or "-"
+    if job.priority is None:
+        return f"{job.priority_class or '-'} (not a class the hub knows)"
+    if job.priority_class is None:
+        return f"{job.priority} (no priorityClass: the default)"
+    return f"{job.priority} (priorityClass {job.priority_class})"
+
+
 def describe_text(job: TrainHubJob) -> None:
     parsed = _parsed(job)
     phase = job.phase.value if job.phase else "Submitted"
@@ -343,6 +354,7 @@ def describe_text(job: TrainHubJob) -> None:
         ("UID", job.uid),
         ("Kind", f"{job.kind or '-'} ({job.framework or '-'})"),
         ("Queue", job.queue or "default"),
+        ("Priority", _priority_text(job)),
         ("Phase", phase + (f" ({job.reason})" if job.reason and job.reason != phase else "")),
         ("Message", job.message or ""),
         ("Cluster", f"{job.cluster} (attempt {job.attempt})" if job.cluster else "-"),
@@ -382,7 +394,7 @@ def describe_text(job: TrainHubJob) -> None:
         "trainhub describe job mnist -n team-a -o yaml",
     ),
 )
-@with_settings
+@with_settings(*READ_BUS)
 def describe_job(
     settings: TrainhubSettings,
     job: Annotated[str, typer.Argument(help="NAME, NAMESPACE/NAME or uid.")],
@@ -425,7 +437,7 @@ class LinePrefixer:
         return rest
 
 
-@with_settings
+@with_settings(*READ_BUS)
 def update(
     settings: TrainhubSettings,
     job_file: Annotated[Path, typer.Argument(help="The job's new YAML/JSON document.")],
@@ -453,7 +465,7 @@ def update(
     console.print(f"update sent for {job_file} (uid {uid})", highlight=False)
 
 
-@with_settings
+@with_settings(*READ_BUS)
 def logs(
     settings: TrainhubSettings,
     job: Annotated[str, typer.Argument(help="NAME, NAMESPACE/NAME or uid.")],

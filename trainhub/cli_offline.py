@@ -21,7 +21,7 @@ from trainhub.cli_help import examples
 from trainhub.cli_jobs import _with_client, print_structured
 from trainhub.cli_output import Output, console, exit_on_problems, fail
 from trainhub.cli_plan import PlannedJob, plan_jobs
-from trainhub.cli_settings import with_settings
+from trainhub.cli_settings import READ_BUS, with_settings
 from trainhub.console_view import decision_table
 from trainhub.job_checks import read_job_files
 from trainhub.sdk import AsyncTrainHubClient
@@ -93,7 +93,7 @@ def render(
     exit_on_problems(found)
 
 
-@with_settings
+@with_settings(*READ_BUS, "max_heartbeat_age")
 def plan(
     settings: TrainhubSettings,
     job_files: Annotated[list[Path], typer.Argument(help="Job YAML/JSON files.")],

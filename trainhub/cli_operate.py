@@ -18,7 +18,7 @@ from trainhub import member_rbac
 from trainhub.bus_factory import make_bus
 from trainhub.cli_help import examples
 from trainhub.cli_output import console, fail, require_bootstrap
-from trainhub.cli_settings import with_settings
+from trainhub.cli_settings import CREATE_TOPICS, HUB, READ_BUS, WORKER, with_settings
 from trainhub.embedded import make_worker_backend
 from trainhub.processes import check_metrics_port, run_hub, run_worker
 from trainhub.producer import ClusterStillReporting, retire_cluster
@@ -61,7 +61,7 @@ def register(app: typer.Typer) -> None:
     )(worker)
 
 
-@with_settings
+@with_settings(*CREATE_TOPICS, *HUB)
 def hub(settings: TrainhubSettings) -> None:
     """Run the hub: validate, place and follow jobs (needs Kafka)."""
     require_bootstrap(settings)
@@ -72,7 +72,7 @@ def hub(settings: TrainhubSettings) -> None:
     asyncio.run(run_hub(settings))
 
 
-@with_settings
+@with_settings(*READ_BUS, "max_heartbeat_age")
 def retire_cluster_command(
     settings: TrainhubSettings,
     name: Annotated[str, typer.Argument(help="The member cluster's name.")],
@@ -158,7 +158,7 @@ def member_rbac_command(
     sys.stdout.write(yaml.safe_dump_all(objects, sort_keys=False))
 
 
-@with_settings
+@with_settings(*CREATE_TOPICS, *WORKER)
 def worker(
     settings: TrainhubSettings,
     cluster: Annotated[str, typer.Option("--cluster", help="This worker's cluster name.")],

@@ -21,7 +21,7 @@ from trainhub.bus_factory import make_bus
 from trainhub.cli_help import examples
 from trainhub.cli_jobs import print_structured
 from trainhub.cli_output import Output, console, fail, require_bootstrap
-from trainhub.cli_settings import with_settings
+from trainhub.cli_settings import READ_BUS, with_settings
 from trainhub.console_view import StatusPrinter
 from trainhub.producer import latest_status, request
 from trainhub.sdk_errors import looked_for
@@ -57,7 +57,7 @@ def register(app: typer.Typer) -> None:
         )(job_request_command(verb, event_type, summary))
 
 
-@with_settings
+@with_settings(*READ_BUS)
 def status(
     settings: TrainhubSettings,
     job: Annotated[
@@ -130,7 +130,7 @@ def job_request_command(verb: str, event_type: str, summary: str) -> Callable[..
 
     command.__name__ = command.__qualname__ = verb
     command.__doc__ = summary
-    return with_settings(command)
+    return with_settings(*READ_BUS)(command)
 
 
 def _jobs_in_file(source: str, namespace: str) -> list[str]:

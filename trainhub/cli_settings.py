@@ -1,4 +1,7 @@
-"""Give a typer command one flag per setting, named as the setting (`--topic-prefix`)."""
+"""Give a typer command one flag per setting it uses, named as the setting (`--topic-prefix`).
+
+A command lists only the settings it reads (`with_settings(*READ_BUS, "max_heartbeat_age")`);
+the others still load from `TRAINHUB_*` variables and --config, unused."""
 
 from __future__ import annotations
 
@@ -15,6 +18,43 @@ from trainhub.settings import TrainhubSettings, load_settings
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _PANEL = "Connection and settings (also TRAINHUB_* variables or --config FILE)"
+
+KAFKA: tuple[str, ...] = (
+    "bootstrap",
+    "security_protocol",
+    "sasl_mechanism",
+    "sasl_username",
+    "sasl_password",
+    "ssl_cafile",
+    "ssl_certfile",
+    "ssl_keyfile",
+)
+"""Reaching the broker."""
+READ_BUS: tuple[str, ...] = (*KAFKA, "topic_prefix")
+"""Commands that use topics that exist (a client that creates none)."""
+CREATE_TOPICS: tuple[str, ...] = (*READ_BUS, "partitions", "replication")
+"""Commands that create trainhub's topics where they are missing."""
+HUB: tuple[str, ...] = (
+    "metrics_port",
+    "max_heartbeat_age",
+    "exclusion_seconds",
+    "unavailable_cluster_wait",
+    "waiting_status_interval",
+    "finished_retention",
+)
+"""The hub's own settings (HubConfig's, and its metrics endpoint)."""
+WORKER: tuple[str, ...] = (
+    "metrics_port",
+    "heartbeat_interval",
+    "unschedulable_timeout",
+    "run_retention",
+    "heartbeat_overdue_after",
+    "gang_scheduler",
+    "gang_scheduler_name",
+)
+"""A worker's own settings (WorkerConfig's, and its metrics endpoint)."""
+SUBMIT: tuple[str, ...] = ("default_managed_by",)
+"""What submitting a job document reads."""
 
 
 def _flag_type(annotation: Any) -> type:
@@ -43,10 +83,22 @@ def _flag(name: str) -> inspect.Parameter:
     )
 
 
-def with_settings(func: _F) -> _F:
-    """Replace the command's `settings` parameter with every settings flag plus --config."""
+def with_settings(*uses: str) -> Callable[[_F], _F]:
+    """Replace the command's `settings` parameter with --config and a flag for each setting
+    in `uses` (in the order of TrainhubSettings; a name given twice is one flag)."""
+    unknown = sorted(set(uses) - set(TrainhubSettings.model_fields))
+    if unknown:
+        raise ValueError(f"no such settings: {', '.join(unknown)}")
     # Structured settings (placement) come from the YAML file or the variable only.
-    names = [n for n in TrainhubSettings.model_fields if n != "placement"]
+    names = [n for n in TrainhubSettings.model_fields if n in uses and n != "placement"]
+
+    def decorate(func: _F) -> _F:
+        return _with_flags(func, names)
+
+    return decorate
+
+
+def _with_flags(func: _F, names: list[str]) -> _F:
     config = inspect.Parameter(
         "config",
         inspect.Parameter.KEYWORD_ONLY,

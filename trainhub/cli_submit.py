@@ -22,7 +22,7 @@ from trainhub.bus_factory import make_bus
 from trainhub.cli_help import examples
 from trainhub.cli_live import LiveState, LiveView, want_live
 from trainhub.cli_output import console, exit_on_problems, fail, require_bootstrap
-from trainhub.cli_settings import with_settings
+from trainhub.cli_settings import CREATE_TOPICS, SUBMIT, with_settings
 from trainhub.console_view import StatusPrinter
 from trainhub.job_checks import read_job_files
 from trainhub.producer import follow_submissions, submit_with_id
@@ -43,7 +43,7 @@ def register(app: typer.Typer) -> None:
     )(submit)
 
 
-@with_settings
+@with_settings(*CREATE_TOPICS, *SUBMIT, "max_heartbeat_age")
 def submit(
     settings: TrainhubSettings,
     job_files: Annotated[

@@ -62,7 +62,7 @@ def register(app: typer.Typer) -> None:
     )(up)
 
 
-@with_settings
+@with_settings(*TrainhubSettings.model_fields)
 def up(
     settings: TrainhubSettings,
     job_files: Annotated[list[Path] | None, typer.Argument(help="Jobs to submit.")] = None,

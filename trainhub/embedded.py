@@ -17,6 +17,7 @@ from bus.topics import Topics
 from dispatcher.hub import Hub
 from schemas.cluster import ClusterPolicy
 from schemas.events import JobStatusUpdate
+from trainhub.processes import without_created_series
 from trainhub.producer import follow_status, submit_document
 from trainhub.settings import TrainhubSettings
 from workers.backends.base import Backend, PodLogsUnavailable
@@ -115,6 +116,7 @@ class Embedded:
     ) -> None:
         """`backends`: the clusters' backends by name, made by the caller (kube clusters),
         and the namespaces each may create in; else one backend per `options.clusters`."""
+        without_created_series()
         self.options = options
         self.bus: Bus = bus or MemoryBus()
         self.topics = topics or Topics()

@@ -69,6 +69,11 @@ class TrainHubJob(BaseModel):
     kind: str | None = None
     framework: str | None = None
     queue: str | None = None
+    priority_class: str | None = None
+    """The job's `schedulingPolicy.priorityClass`, None where it names none."""
+    priority: int | None = None
+    """The priority the hub resolved the class to (higher is placed first); None before the
+    hub's first status, or for a class the hub does not know."""
     phase: JobPhase | None = None
     cluster: str | None = None
     attempt: int = 0
@@ -140,6 +145,7 @@ class StatusView:
             job.placement = update.placement
         if update.job is not None:
             job.spec = update.job
+        job.priority_class, job.priority = update.priority_class, update.priority
         if update.phase == JobPhase.ASSIGNED:
             job.sequence = 0
             job.status = JobStatus()

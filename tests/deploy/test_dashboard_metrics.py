@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, start_http_server
@@ -51,6 +52,15 @@ async def scrape() -> AsyncIterator[Scrape]:
 async def test_every_queried_series_is_exported_with_its_labels(scrape: Scrape) -> None:
     problems = unserved_queries(scrape)
     assert not problems, "\n".join(problems)
+
+
+async def test_no_created_series_are_exported(scrape: Scrape) -> None:
+    # The counters are there (so would their _created series be, were they on).
+    assert scrape.has("training_operator_jobs_created_total")
+    assert scrape.has("trainhub_placement_latency_seconds_count")
+    created = sorted({n for n, _ in scrape.samples() if n.endswith("_created")})
+    assert created == [], created
+    assert "_created{" not in scrape.text and "_created " not in scrape.text
 
 
 async def test_the_numbers_follow_what_happened(scrape: Scrape) -> None:
@@ -179,3 +189,155 @@ def test_the_alert_rules_are_well_formed() -> None:
     assert set(rule_expressions()) == {
         f"{g['name']} / {r['alert']}" for g in rules["groups"] for r in g["rules"]
     }
+
+
+# -- units, variables, and alerts per install ------------------------------------------------
+
+_CAPACITY = re.compile(r"\btrainhub_(?:worker_)?cluster_(?:free|reserved|allocatable)\b")
+
+
+def expected_units(expr: str) -> set[str]:
+    """The units a panel may show the series of `expr` in, from what it computes."""
+    if _CAPACITY.search(expr):
+        if "/" in expr:
+            return {"percentunit"}  # used over allocatable
+        if 'resource="memory"' in expr:
+            return {"bytes"}
+        if 'resource="cpu"' in expr:
+            return {"suffix: cores"}
+        return {"short"}  # GPUs and extended resources: counts
+    if "histogram_quantile(" in expr:
+        return {"s"} if "_seconds_bucket" in expr else {"short"}
+    if any(s.name.endswith("_seconds") for s in selectors(expr)):
+        return {"s"}
+    if "rate(" in expr and " / " not in expr:  # a counter per second (a ratio has no unit)
+        return {"reqps"} if "trainhub_kube_api_" in expr else {"ops"}
+    return {"short"}  # counts: jobs, clusters, records, increases over a window
+
+
+def unit_of(panel: dict[str, Any], ref_id: str) -> str | None:
+    """The unit Grafana shows a target's series in: an override of its refId, else the
+    panel's default."""
+    config = panel.get("fieldConfig", {})
+    unit: str | None = config.get("defaults", {}).get("unit")
+    for override in config.get("overrides", []):
+        if override["matcher"] == {"id": "byFrameRefID", "options": ref_id}:
+            for item in override["properties"]:
+                if item["id"] == "unit":
+                    unit = item["value"]
+    return unit
+
+
+def test_every_panel_shows_its_series_in_their_unit() -> None:
+    shown: dict[str, set[str]] = {}
+    for panel in panels(load_dashboard()):
+        for target in panel.get("targets", []):
+            where = f"{panel['title']} / {target['refId']}"
+            unit = unit_of(panel, target["refId"])
+            assert unit in expected_units(target["expr"]), f"{where}: {unit}"
+            shown.setdefault(str(unit), set()).add(where)
+    # Each kind is there: bytes for memory, cores for CPU, per-second rates, durations.
+    assert {"bytes", "suffix: cores", "ops", "reqps", "s", "percentunit"} <= set(shown)
+    assert any("Memory" in where for where in shown["bytes"])
+    assert any("CPU" in where for where in shown["suffix: cores"])
+
+
+def test_expected_units_tell_the_kinds_apart() -> None:
+    memory = 'sum(trainhub_cluster_free{namespace=~"$namespace", resource="memory"})'
+    assert expected_units(memory) == {"bytes"}
+    assert expected_units(memory.replace("memory", "cpu")) == {"suffix: cores"}
+    rate = "sum(rate(trainhub_worker_heartbeats_total[5m]))"
+    assert expected_units(rate) == {"ops"}
+    assert expected_units(f"{rate} / {rate}") == {"short"}
+    latency = (
+        "histogram_quantile(0.9, sum by (le) (rate(trainhub_placement_latency_seconds_bucket[5m])))"
+    )
+    assert expected_units(latency) == {"s"}
+    assert expected_units(latency.replace("latency_seconds", "score")) == {"short"}
+
+
+JOB_VARIABLES = {"queue": "queue", "framework": "framework", "job_namespace": "job_namespace"}
+"""Dashboard variable -> the label it filters on (framework: the job's kind)."""
+
+
+def _selector_texts(expr: str) -> list[tuple[str, str]]:
+    """(metric, the text between its braces) of each selector of `expr`."""
+    return re.findall(r"\b([A-Za-z_:][A-Za-z0-9_:]*)\{([^}]*)\}", expr)
+
+
+def test_queue_kind_and_job_namespace_variables(scrape: Scrape) -> None:
+    """Each is a multi-value query variable (All: everything) on its label, and every panel
+    query of a metric that carries the label filters on it."""
+    variables = {v["name"]: v for v in load_dashboard()["templating"]["list"]}
+    assert {"datasource", "namespace", "cluster", "resource"} <= set(variables)
+    assert variables["framework"]["label"] == "Kind"
+    page = scrape.page
+    for name, label in JOB_VARIABLES.items():
+        variable = variables[name]
+        assert variable["type"] == "query" and variable["multi"] and variable["includeAll"]
+        assert variable["allValue"] == ".*", name
+        (values_of,) = selectors(variable["query"]["query"])
+        assert label in values_of.labels and label in page.labels[values_of.name], name
+    filtered = dict.fromkeys(JOB_VARIABLES, 0)
+    for panel in panels(load_dashboard()):
+        for target in panel.get("targets", []):
+            for metric, matchers in _selector_texts(target["expr"]):
+                for name, label in JOB_VARIABLES.items():
+                    carries = label in page.labels.get(metric, set())
+                    uses = f'{label}=~"${name}"' in matchers
+                    assert uses == carries, f"{panel['title']} / {metric}: ${name}"
+                    filtered[name] += uses
+    assert all(filtered.values()), filtered
+
+
+_AGGREGATIONS = "sum|min|max|avg|count|group|stddev|stdvar|topk|bottomk|quantile|count_values"
+_AGGREGATION_BY = re.compile(rf"\b(?:{_AGGREGATIONS})\s+by\s*\(([^)]*)\)\s*\(")
+_AGGREGATION_BARE = re.compile(rf"\b(?:{_AGGREGATIONS})\s*\(")
+_METRIC = re.compile(r"\b(?:trainhub|training_operator)_[A-Za-z0-9_:]+")
+
+
+def not_per_install(expr: str, label: str = "namespace") -> list[str]:
+    """The metrics of an alert expression whose innermost aggregation does not keep `label`
+    (or that are not aggregated at all); `absent(...)` (no series at all) is exempt."""
+    kept: dict[int, bool] = {}  # an opening parenthesis -> whether its aggregation keeps it
+    for match in _AGGREGATION_BARE.finditer(expr):
+        kept[match.end() - 1] = False
+    for match in _AGGREGATION_BY.finditer(expr):
+        kept[match.end() - 1] = label in {part.strip() for part in match.group(1).split(",")}
+    for match in re.finditer(r"\babsent\s*\(", expr):
+        kept[match.end() - 1] = True
+    open_at: list[int] = []
+    starts = {m.start(): m.group() for m in _METRIC.finditer(expr)}
+    found: list[str] = []
+    for position, char in enumerate(expr):
+        if char == "(":
+            open_at.append(position)
+        elif char == ")":
+            open_at.pop()
+        elif position in starts:
+            enclosing = [kept[p] for p in open_at if p in kept]
+            if not (enclosing and enclosing[-1]):
+                found.append(starts[position])
+    return found
+
+
+def test_not_per_install_finds_sums_across_installs() -> None:
+    assert not_per_install("increase(trainhub_redispatches_total[30m]) > 5") == [
+        "trainhub_redispatches_total"
+    ]
+    assert not_per_install("sum(increase(training_operator_jobs_failed_total[30m])) >= 3") == [
+        "training_operator_jobs_failed_total"
+    ]
+    inner_drops = "sum by (namespace) (max by (cluster) (trainhub_cluster_lost))"
+    assert not_per_install(inner_drops) == ["trainhub_cluster_lost"]
+    assert not_per_install("max by (namespace, cluster) (trainhub_cluster_lost) == 1") == []
+    assert not_per_install("absent(trainhub_queue_length)") == []
+
+
+def test_every_alert_is_per_install() -> None:
+    """Two installs in one Prometheus alert on their own: every alert aggregates by the
+    label Prometheus gives an install's targets (`namespace`)."""
+    for where, expr in rule_expressions().items():
+        assert not not_per_install(expr), f"{where}: {not_per_install(expr)} summed across installs"
+    failing = rule_expressions()["trainhub.jobs / TrainhubJobsFailing"]
+    assert "vector(0)" not in failing  # it has no namespace: it would match no install

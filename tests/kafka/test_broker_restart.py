@@ -126,7 +126,7 @@ async def test_broker_restart_mid_burst_loses_nothing_and_runs_nothing_twice(
     # be re-dispatched and assigned twice.
     hub = Process(
         "hub",
-        ["hub", *common, "--heartbeat-interval", "0.5", "--max-heartbeat-age", "5"],
+        ["hub", *common, "--max-heartbeat-age", "5"],
         tmp_path,
     )
     workers = [sim_worker(name, common, tmp_path) for name in ("east", "west")]
@@ -252,7 +252,7 @@ def test_sigterm_stops_hub_and_worker_promptly_and_cleanly_without_a_broker(
             process.terminate()  # on failure too: no process outlives the test
     common = ["--bootstrap", own_broker.current.bootstrap, "--topic-prefix", "gone"]
     running = [
-        Process("hub-gone", ["hub", *common, "--heartbeat-interval", "0.5"], tmp_path),
+        Process("hub-gone", ["hub", *common], tmp_path),
         sim_worker("gone", common, tmp_path),
     ]
     try:

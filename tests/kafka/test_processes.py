@@ -91,7 +91,7 @@ async def test_200_jobs_survive_a_hub_sigkill_without_loss_or_double_runs(
     kafka_settings: KafkaSettings, topics: Topics, tmp_path: Path
 ) -> None:
     common = _common(kafka_settings, topics)
-    hub = Process("hub-1", ["hub", *common, "--heartbeat-interval", "0.5"], tmp_path)
+    hub = Process("hub-1", ["hub", *common], tmp_path)
     workers = [sim_worker(name, common, tmp_path) for name in ("east", "west")]
     jobs_file = tmp_path / "jobs.yaml"
     jobs_file.write_text(
@@ -108,7 +108,7 @@ async def test_200_jobs_survive_a_hub_sigkill_without_loss_or_double_runs(
 
     await _wait_until(kafka_settings, topics, some_placed, 60)
     hub.kill()
-    restarted = Process("hub-2", ["hub", *common, "--heartbeat-interval", "0.5"], tmp_path)
+    restarted = Process("hub-2", ["hub", *common], tmp_path)
     try:
 
         def all_done(updates: list[JobStatusUpdate]) -> bool:

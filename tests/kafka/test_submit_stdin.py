@@ -42,7 +42,7 @@ async def test_stock_documents_from_stdin_run_unless_the_default_is_off(
     kafka_settings: KafkaSettings, topics: Topics, tmp_path: Path
 ) -> None:
     common = ["--bootstrap", kafka_settings.bootstrap, "--topic-prefix", topics.prefix]
-    hub = Process("hub", ["hub", *common, "--heartbeat-interval", "0.5"], tmp_path)
+    hub = Process("hub", ["hub", *common], tmp_path)
     worker = sim_worker("solo", common, tmp_path)
     try:
         both = yaml.safe_dump_all([_stock("piped-a"), _stock("piped-b")])

@@ -78,8 +78,6 @@ def deployment(
         kafka.bootstrap,
         "--topic-prefix",
         prefix,
-        "--heartbeat-interval",
-        "0.5",
     ]
     hub = Process("hub", ["hub", *common], logs)
     worker = Process(
@@ -87,6 +85,8 @@ def deployment(
         [
             "worker",
             *common,
+            "--heartbeat-interval",
+            "0.5",
             "--cluster",
             "solo",
             "--backend",

@@ -58,11 +58,11 @@ def test_numeric_flags_arrive_as_numbers(monkeypatch: pytest.MonkeyPatch) -> Non
 
     monkeypatch.setattr(cli_operate, "run_hub", run_hub)
     args = ["hub", "--bootstrap", "127.0.0.1:1", "--metrics-port", "9100", "--partitions", "6"]
-    args += ["--heartbeat-overdue-after", "1.5", "--max-heartbeat-age", "20"]
+    args += ["--finished-retention", "1.5", "--max-heartbeat-age", "20"]
     result = CliRunner().invoke(cli.app, args)
     assert result.exit_code == 0, result.output
     settings = seen[0]
     assert (settings.metrics_port, settings.partitions) == (9100, 6)
-    assert (settings.heartbeat_overdue_after, settings.max_heartbeat_age) == (1.5, 20.0)
+    assert (settings.finished_retention, settings.max_heartbeat_age) == (1.5, 20.0)
     not_a_number = CliRunner().invoke(cli.app, [*args[:3], "--partitions", "1.5"])
     assert not_a_number.exit_code == 2
