@@ -97,6 +97,9 @@ _SERVICE_CIDR = "10.0.0.0/24"
 _POD_CIDR = "10.244.0.0/16"
 _POLL_SECONDS = 0.25
 _LOG_TAIL_LINES = 30
+_OPERATOR_NODE_STORAGE = "100Gi"
+"""ephemeral-storage of a node on a cluster running the Training Operator, which asks 5Gi of
+it for an MPIJob launcher's kubectl-delivery init container (nowhere to go without)."""
 
 
 def start_member_clusters(
@@ -228,6 +231,11 @@ def node_manifests(spec: MemberClusterPlan) -> list[dict[str, Any]]:
         resources = {"cpu": pool.cpu, "memory": pool.memory, "pods": str(pool.pods)}
         if pool.gpus:
             resources["nvidia.com/gpu"] = str(pool.gpus)
+        storage = pool.ephemeral_storage
+        if storage is None and spec.training_operator:
+            storage = _OPERATOR_NODE_STORAGE
+        if storage is not None:
+            resources["ephemeral-storage"] = storage
         for index in range(pool.count):
             name = f"{spec.name}-{pool.name}-{index}"
             labels = {

@@ -38,6 +38,9 @@ class KwokNodeGroup:
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[NodeTaint, ...] = ()
     name: str = "node"
+    ephemeral_storage: str | None = None
+    """The nodes' ephemeral-storage capacity (none: not reported, except on a cluster that
+    runs the Training Operator, whose MPIJob launchers ask 5Gi of it)."""
 
 
 @dataclass(frozen=True)
