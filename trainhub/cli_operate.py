@@ -57,8 +57,7 @@ def register(app: typer.Typer) -> None:
             "trainhub worker --cluster east --backend sim --capacity cpu=16,memory=64Gi",
             "trainhub worker --cluster west --capacity cpu=4,memory=8Gi,nodes=2",
             "trainhub worker --cluster gpu --backend kube --kubeconfig gpu-kubeconfig",
-            "trainhub worker --cluster ops --backend kube --kubeconfig ops-kubeconfig "
-            "--mode delegate",
+            "trainhub worker --cluster ops --backend kube --kubeconfig ops --mode delegate",
             "trainhub worker --cluster spot --backend sim --weight 80 --allow hostPath",
         )
     )(worker)
