@@ -460,3 +460,35 @@ async def test_a_fleet_with_one_member_delegated_and_one_direct(
     direct = await job_objects(plain, "pods", uid_plain)
     assert {p["metadata"]["labels"][LABEL_OPERATOR] for p in direct} == {"trainhub"}
     assert not any(p["metadata"].get("ownerReferences") for p in direct)
+
+
+async def test_a_restarted_worker_takes_the_delegated_job_back_from_its_object(
+    ops: MemberCluster, fleet: Fleet
+) -> None:
+    """The worker's state is rebuilt from the cluster: the job's object (found by its labels)
+    and the assignments topic; the status goes on from what the operator writes."""
+    first = await _add_worker(fleet, ops, _delegating(ops))
+    document = _document(
+        "PyTorchJob",
+        "d-adopted",
+        {"Master": _replica("PyTorchJob", 1, "8s"), "Worker": _replica("PyTorchJob", 1, "8s")},
+    )
+    uid = await submit_document(fleet.bus, fleet.topics, document)
+
+    def running() -> bool:
+        last = fleet.last(uid)
+        return last is not None and last.phase == JobPhase.RUNNING
+
+    await fleet.wait(running, 60, "Running")
+    await first.stop()
+    fleet.workers.remove(first)
+    seen = len(fleet.updates[uid])
+
+    second = await _add_worker(fleet, ops, _delegating(ops))
+    assert uid in second.runs  # adopted at start, before any assignment is consumed
+    await fleet.wait_finished([uid], 60)
+    after = fleet.updates[uid][seen:]
+    assert [u.phase for u in after][-1] == JobPhase.SUCCEEDED, fleet.phases(uid)
+    assert all(u.attempt == 1 and u.cluster == "ops" for u in after)
+    status, job = await admin_request(ops, "GET", _path("PyTorchJob", "d-adopted"))
+    assert status == 200 and _true(job["status"], "Succeeded")
