@@ -38,6 +38,7 @@ from trainhub_sandbox.kube_cluster import (
 from trainhub_sandbox.training_operator import build_training_operator
 from workers.backends.base import Backend
 from workers.backends.delegated_kinds import DELEGATED_PLURALS, TRAINING_OPERATOR
+from workers.backends.kube_client import KubeNotFound
 from workers.backends.kube_delegate import KubeDelegateBackend
 from workers.rendering import LABEL_JOB_UID, LABEL_OPERATOR
 from workers.worker import Worker, WorkerConfig
@@ -492,3 +493,12 @@ async def test_a_restarted_worker_takes_the_delegated_job_back_from_its_object(
     assert all(u.attempt == 1 and u.cluster == "ops" for u in after)
     status, job = await admin_request(ops, "GET", _path("PyTorchJob", "d-adopted"))
     assert status == 200 and _true(job["status"], "Succeeded")
+
+
+async def test_delegate_mode_needs_the_operator_s_crds(plain: MemberCluster) -> None:
+    backend = KubeDelegateBackend(
+        plain.admin_kubeconfig, cluster=plain.name, context=plain.admin_context
+    )
+    with pytest.raises(KubeNotFound, match="needs the Training Operator's CRDs on plain"):
+        await backend.start()
+    assert backend.unserved == set(DELEGATED_PLURALS)

@@ -107,16 +107,19 @@ class KubeDelegateBackend(KubeBackend, DelegatingBackend):
         super().__init__(*args, **kw)
         self.job_statuses: asyncio.Queue[DelegatedStatus] = asyncio.Queue()
         self.managed_by = managed_by
+        self.unserved: set[str] = set()
+        """Kinds whose CRD the cluster does not serve (found at start)."""
         self._objects: dict[str, tuple[str, int | None, str, str]] = {}
         """object uid -> (job uid, attempt, plural, namespace) of every object seen."""
 
     async def _initial_watches(self) -> list[PodWatch]:
-        """Our objects of every kind, in each allowed namespace (everywhere when all are);
-        listed first, so that the objects of adopted jobs report their status at once. The
-        pods are the operator's: not watched (capacity lists them)."""
+        """Our objects of every kind the cluster serves, in each allowed namespace (everywhere
+        when all are); listed first, so that the objects of adopted jobs report their status
+        at once. A kind whose CRD is missing is refused (`delegates`); none served at all
+        fails the start. The pods are the operator's: not watched (capacity lists them)."""
         scopes: list[str | None] = list(self.namespaces) if self.namespaces is not None else [None]
         watches: list[PodWatch] = []
-        for plural in DELEGATED_PLURALS.values():
+        for kind, plural in DELEGATED_PLURALS.items():
             for scope in scopes:
                 watch = JobObjectWatch(
                     self.api,
@@ -130,13 +133,24 @@ class KubeDelegateBackend(KubeBackend, DelegatingBackend):
                 try:
                     await watch.list()
                 except KubeNotFound as error:
-                    raise KubeNotFound(
-                        f"delegate mode needs the Training Operator's CRDs on {self.cluster} "
-                        f"({plural}.{KUBEFLOW_GROUP} is not served): {error}",
-                        error.status,
-                        error.reason,
-                    ) from error
+                    self.unserved.add(kind)
+                    log.warning(
+                        "%s.%s is not served: %s jobs are refused: %s",
+                        plural,
+                        KUBEFLOW_GROUP,
+                        kind,
+                        error,
+                        extra=self._extra(),
+                    )
+                    break
                 watches.append(watch)
+        if not watches:
+            raise KubeNotFound(
+                f"delegate mode needs the Training Operator's CRDs on {self.cluster} "
+                f"(none of {', '.join(DELEGATED_PLURALS.values())} is served)",
+                404,
+                "NotFound",
+            )
         return watches
 
     async def _on_object(self, plural: str, event: str, obj: Mapping[str, Any]) -> None:
@@ -163,6 +177,9 @@ class KubeDelegateBackend(KubeBackend, DelegatingBackend):
     # -- the job's object ---------------------------------------------------------------
 
     def delegates(self, job: AnyJob) -> str | None:
+        if job.kind in self.unserved:
+            plural = DELEGATED_PLURALS[job.kind]
+            return f"{self.cluster} does not serve {plural}.{KUBEFLOW_GROUP} (no CRD)"
         if job.kind in DELEGATED_PLURALS and job.API_VERSION == "kubeflow.org/v1":
             return None
         return (
@@ -243,7 +260,9 @@ class KubeDelegateBackend(KubeBackend, DelegatingBackend):
         carries its uid (its pods)."""
         selector = f"{LABEL_JOB_UID}={job_uid}"
         within = [namespace] if namespace is not None and self.namespaces is None else None
-        for plural in DELEGATED_PLURALS.values():
+        for kind, plural in DELEGATED_PLURALS.items():
+            if kind in self.unserved:
+                continue
             delete, _, _ = custom_object_methods(self.api, KUBEFLOW_GROUP, KUBEFLOW_VERSION, plural)
             for obj in await self._list_objects(plural, selector, within):
                 metadata = obj.get("metadata") or {}
@@ -284,11 +303,9 @@ class KubeDelegateBackend(KubeBackend, DelegatingBackend):
     async def job_uids(self) -> set[str]:
         """Jobs with an object here, or pods (an object deleted before its pods)."""
         uids = await super().job_uids()
+        served = [p for k, p in DELEGATED_PLURALS.items() if k not in self.unserved]
         listed = await asyncio.gather(
-            *(
-                self._list_objects(plural, MANAGED_SELECTOR)
-                for plural in DELEGATED_PLURALS.values()
-            ),
+            *(self._list_objects(plural, MANAGED_SELECTOR) for plural in served),
             return_exceptions=True,
         )
         for objects in listed:
