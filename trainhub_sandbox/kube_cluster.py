@@ -341,17 +341,15 @@ def _start_clusters(
         )
         _bootstrap(admin, cluster.spec, plugins, deadline, operator)
     launched = [_launch_workers(sandbox, cluster, bins, stages, plugins) for cluster in pending]
-    for index, member in enumerate(launched):
-        admin = ApiClient.for_cluster(member)
+    for member in launched:
         _wait_until(
-            partial(_nodes_ready, admin, member.node_names),
+            partial(_nodes_ready, ApiClient.for_cluster(member), member.node_names),
             deadline,
             member.processes[-1],
             f"{len(member.node_names)} nodes Ready",
         )
         if operator is not None and member.training_operator:
             member = _start_operator(sandbox, member, operator, deadline)
-            launched[index] = member
         sandbox.clusters[member.name] = member
         log.info("member cluster %s ready at %s", member.name, member.server)
 

@@ -78,7 +78,9 @@ def _attempt_of(obj: Mapping[str, Any]) -> int | None:
 class JobObjectWatch(PodWatch):
     """Our objects of one Kubeflow kind in one scope, followed as pods are."""
 
-    def __init__(self, api: KubeApi, plural: str, namespace: str | None, *args: Any, **kw: Any):
+    def __init__(
+        self, api: KubeApi, plural: str, namespace: str | None, *args: Any, **kw: Any
+    ) -> None:
         super().__init__(api, namespace, *args, **kw)
         self.resource = plural
 
@@ -101,7 +103,7 @@ class JobObjectWatch(PodWatch):
 class KubeDelegateBackend(KubeBackend, DelegatingBackend):
     """A member cluster whose Training Operator runs the jobs (`--mode delegate`)."""
 
-    def __init__(self, *args: Any, managed_by: str | None = TRAINING_OPERATOR, **kw: Any):
+    def __init__(self, *args: Any, managed_by: str | None = TRAINING_OPERATOR, **kw: Any) -> None:
         """`managed_by`: the objects' `runPolicy.managedBy` (None: unset); other arguments
         as KubeBackend's (a gang scheduler is the operator's business, not given here)."""
         super().__init__(*args, **kw)
