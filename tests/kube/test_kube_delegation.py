@@ -7,20 +7,28 @@ the job's object; and a fleet runs one member delegated and one direct."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from prometheus_client import CollectorRegistry
 
 from bus.aiotasks import TaskOwner
+from bus.kafka_settings import KafkaSettings
 from bus.memory import MemoryBus
 from bus.topics import Topics
 from dispatcher.hub import Hub, HubConfig
 from schemas.events import EventType, JobStatusUpdate
+from schemas.kubeflow import derive_job_uid
 from schemas.sim_annotations import SIM_DURATION, SIM_EXIT_CODE
 from schemas.status import JobPhase
 from tests.kube.conftest import _BUILD_ERROR, _missing_go
@@ -58,6 +66,7 @@ CONTAINERS = {
     "MPIJob": ("mpiReplicaSpecs", "mpi"),
 }
 CLUSTER_SELECTOR = "trainhub.io/cluster-selector"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -502,3 +511,47 @@ async def test_delegate_mode_needs_the_operator_s_crds(plain: MemberCluster) -> 
     with pytest.raises(KubeNotFound, match="needs the Training Operator's CRDs on plain"):
         await backend.start()
     assert backend.unserved == set(DELEGATED_PLURALS)
+
+
+async def test_up_sandbox_in_delegate_mode_hands_the_job_to_the_operator(
+    ops: MemberCluster, kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    """The CLI's path: `trainhub up --sandbox --mode delegate` on the sandbox's state."""
+    state = {
+        "kafka": {"bootstrap": kafka_settings.bootstrap, "pid": 0},
+        "clusters": [
+            {
+                "name": ops.name,
+                "kubeconfig": str(ops.admin_kubeconfig),
+                "context": ops.admin_context,
+                "workerKubeconfig": str(ops.worker_kubeconfig),
+                "workerContext": ops.worker_context,
+                "namespaces": list(ops.worker_namespaces),
+            }
+        ],
+    }
+    (tmp_path / "sandbox.json").write_text(json.dumps(state))
+    name = f"d-cli-{uuid.uuid4().hex[:6]}"
+    job = tmp_path / "job.yaml"
+    replicas = {"Worker": _replica("JAXJob", 2)}
+    job.write_text(yaml.safe_dump(_document("JAXJob", name, replicas)))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRAINHUB_SANDBOX_DIR": str(tmp_path)}
+    env.pop("TRAINHUB_BOOTSTRAP", None)
+    command = [sys.executable, "-m", "trainhub", "up", "--sandbox", "--no-live", "--mode"]
+    command += ["delegate", "--exit-on-finish", "--topic-prefix", f"up-{name}", str(job)]
+    done = await asyncio.to_thread(
+        subprocess.run, command, env=env, capture_output=True, text=True, timeout=180
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert "all jobs succeeded" in output, output
+    status, found = await admin_request(ops, "GET", _path("JAXJob", name))
+    assert status == 200, found
+    assert found["spec"]["runPolicy"]["managedBy"] == TRAINING_OPERATOR
+    assert _true(found["status"], "Succeeded")
+    uid = derive_job_uid("default", name)
+    for pod in await job_objects(ops, "pods", uid):
+        await admin_request(
+            ops, "DELETE", f"/api/v1/namespaces/default/pods/{pod['metadata']['name']}"
+        )
+    await admin_request(ops, "DELETE", _path("JAXJob", name))
