@@ -256,6 +256,7 @@ class Fleet:
     topics: Topics
     hub: Hub
     workers: list[Worker] = field(default_factory=list)
+    clusters: dict[str, MemberCluster] = field(default_factory=dict)
     updates: dict[str, list[JobStatusUpdate]] = field(default_factory=dict)
     tasks: TaskOwner = field(default_factory=lambda: TaskOwner("statuses"))
 
@@ -309,12 +310,25 @@ async def fleet() -> AsyncIterator[Fleet]:
         yield running
     finally:
         await running.tasks.cancel_all()
+        # Workers first: a job deleted under a running worker would be its news.
+        leftovers = {worker.cluster: type(worker.backend) for worker in running.workers}
         for worker in running.workers:
-            for uid in await worker.backend.job_uids():
-                await worker.backend.delete_job(uid, "default")
             await worker.stop()
+        for cluster, kind in leftovers.items():
+            await _delete_leftovers(running.clusters[cluster], kind)
         await hub.stop()
         await bus.close()
+
+
+async def _delete_leftovers(cluster: MemberCluster, kind: type[Backend]) -> None:
+    """Delete what the tests' jobs left on the cluster, as its worker identity."""
+    backend = _delegating(cluster) if kind is KubeDelegateBackend else worker_backend(cluster)
+    await backend.start()
+    try:
+        for uid in await backend.job_uids():
+            await backend.delete_job(uid, "default")
+    finally:
+        await backend.close()
 
 
 async def _add_worker(
@@ -330,6 +344,7 @@ async def _add_worker(
     worker = Worker(fleet.bus, backend, config, fleet.topics, registry=CollectorRegistry())
     await worker.start()
     fleet.workers.append(worker)
+    fleet.clusters[cluster.name] = cluster
     return worker
 
 
