@@ -106,6 +106,7 @@ def _sandbox_workers(
             context=c["workerContext"],
             namespaces=list(c["namespaces"]),
             gang_scheduling=settings.worker_config(c["name"]).gang_scheduling,
+            delegate=settings.mode == "delegate",
         )
         for c in state.clusters
     }

@@ -49,6 +49,7 @@ def register(app: typer.Typer) -> None:
             "trainhub member-rbac -n default -n team-a --user trainhub-worker",
             "trainhub member-rbac --service-account trainhub/east-worker",
             "trainhub member-rbac -n team-a --gang-scheduler scheduler-plugins",
+            "trainhub member-rbac -n team-a --delegate",
         ),
     )(member_rbac_command)
     app.command(
@@ -56,6 +57,7 @@ def register(app: typer.Typer) -> None:
             "trainhub worker --cluster east --backend sim --capacity cpu=16,memory=64Gi",
             "trainhub worker --cluster west --capacity cpu=4,memory=8Gi,nodes=2",
             "trainhub worker --cluster gpu --backend kube --kubeconfig gpu-kubeconfig",
+            "trainhub worker --cluster ops --backend kube --kubeconfig ops --mode delegate",
             "trainhub worker --cluster spot --backend sim --weight 80 --allow hostPath",
         )
     )(worker)
@@ -130,6 +132,14 @@ def member_rbac_command(
             help="The worker's --gang-scheduler (volcano or scheduler-plugins): its PodGroups too.",
         ),
     ] = None,
+    delegate: Annotated[
+        bool,
+        typer.Option(
+            "--delegate",
+            help="The worker runs with --mode delegate: the kubeflow.org jobs it hands the "
+            "cluster's Training Operator too.",
+        ),
+    ] = False,
 ) -> None:
     """Print the RBAC a worker's identity needs in its member cluster.
 
@@ -154,7 +164,7 @@ def member_rbac_command(
         subject = member_rbac.user(name)
     if gang_scheduler is not None and gang_scheduler not in GANG_SCHEDULERS:
         raise fail(f"--gang-scheduler {gang_scheduler!r}: {' or '.join(GANG_SCHEDULERS)}")
-    objects = member_rbac.manifests(namespaces, subject, gang_scheduler)
+    objects = member_rbac.manifests(namespaces, subject, gang_scheduler, delegate)
     sys.stdout.write(yaml.safe_dump_all(objects, sort_keys=False))
 
 
@@ -227,6 +237,7 @@ def worker(
             logs_dir=logs_dir,
             namespaces=namespace,
             gang_scheduling=settings.worker_config(cluster).gang_scheduling,
+            delegate=settings.mode == "delegate",
         )
         check_metrics_port(settings)
     except ValueError as exc:

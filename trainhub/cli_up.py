@@ -119,6 +119,8 @@ def up(
             raise ValueError("--exit-on-finish waits for the jobs given: name at least one file")
         if settings.gang_scheduler is not None and not sandbox:
             raise ValueError("--gang-scheduler needs real clusters: use --sandbox")
+        if settings.mode == "delegate" and not sandbox:
+            raise ValueError("--mode delegate needs real clusters: use --sandbox")
         check_metrics_port(settings)
     except ValueError as exc:
         raise fail(str(exc), code=2) from None

@@ -81,8 +81,10 @@ def make_worker_backend(
     logs_dir: Path | None = None,
     namespaces: list[str] | None = None,
     gang_scheduling: GangScheduling | None = None,
+    delegate: bool = False,
 ) -> Backend:
-    """The backend of a standalone `trainhub worker` process."""
+    """The backend of a standalone `trainhub worker` process; `delegate`: one that hands
+    each job to the cluster's Training Operator (`--mode delegate`)."""
     chosen = backend_kind(kind)
     spec = ClusterSpec(name=cluster)
     if chosen.declared_capacity:
@@ -97,6 +99,7 @@ def make_worker_backend(
         context=context,
         namespaces=namespaces,
         gang_scheduling=gang_scheduling,
+        delegate=delegate,
     )
     return chosen.build(request)
 

@@ -3,15 +3,17 @@ services and configmaps (and pod logs, and events), and the ServiceAccount, Role
 RoleBinding of an MPIJob's launcher, only in the allowed namespaces (every namespace when the
 worker accepts jobs for all); read-only nodes; and read-only pods cluster-wide, because a
 node's free capacity depends on everyone's pods. With a gang scheduler, also its PodGroups in
-those namespaces and read-only PriorityClasses (they order a PodGroup's minResources).
-`trainhub member-rbac` prints them for a real cluster; the sandbox creates them for its worker
-user."""
+those namespaces and read-only PriorityClasses (they order a PodGroup's minResources). In
+delegate mode, also the Kubeflow jobs (kubeflow.org/v1) it hands the member's Training
+Operator, in those namespaces. `trainhub member-rbac` prints them for a real cluster; the
+sandbox creates them for its worker user."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from workers.backends.delegated_kinds import DELEGATED_PLURALS, KUBEFLOW_GROUP
 from workers.gang_scheduling import POD_GROUP_APIS
 
 WORKER_USER = "trainhub-worker"
@@ -29,6 +31,9 @@ _CREATE_AND_DELETE = ["create", "list", "delete"]
 _POD_GROUP_VERBS = ["create", "get", "list", "update", "delete"]
 """A job's PodGroup: created before its pods, read and replaced when it exists already with
 another spec, deleted with the job (found by label)."""
+_DELEGATED_JOB_VERBS = ["create", "get", "list", "watch", "patch", "delete"]
+"""A delegated job's CR: created (409: read to see whose it is), watched for its status,
+patched to suspend or resume it, deleted with the job."""
 
 
 def namespace_manifest(name: str) -> dict[str, Any]:
@@ -51,10 +56,12 @@ def worker_rbac(
     namespaces: Sequence[str],
     subject: Subject | None = None,
     gang_scheduler: str | None = None,
+    delegation: bool = False,
 ) -> Iterator[tuple[str, dict[str, Any]]]:
     """(collection path, object) pairs that grant the worker what it needs and no more; no
     `namespaces`: the namespaced rights in every namespace (a worker accepting all);
-    `gang_scheduler` (volcano or scheduler-plugins): its PodGroups too."""
+    `gang_scheduler` (volcano or scheduler-plugins): its PodGroups too; `delegation` (a
+    worker in delegate mode): the kubeflow.org jobs too."""
     subject = subject or user(WORKER_USER)
     readers = [
         (_WORKER_NODE_ROLE, _rule("nodes", _READ)),
@@ -75,26 +82,31 @@ def worker_rbac(
         yield f"{_RBAC_PATH}/clusterrolebindings", binding
     if not namespaces:
         role = _object(_RBAC, "ClusterRole", _WORKER_ROLE)
-        role["rules"] = _namespaced_rules(gang_scheduler)
+        role["rules"] = _namespaced_rules(gang_scheduler, delegation)
         yield f"{_RBAC_PATH}/clusterroles", role
         binding = _binding("ClusterRoleBinding", _WORKER_ROLE, None, subject)
         yield f"{_RBAC_PATH}/clusterrolebindings", binding
     for namespace in namespaces:
         role = _object(_RBAC, "Role", _WORKER_ROLE, namespace)
-        role["rules"] = _namespaced_rules(gang_scheduler)
+        role["rules"] = _namespaced_rules(gang_scheduler, delegation)
         yield f"{_RBAC_PATH}/namespaces/{namespace}/roles", role
         binding = _binding("RoleBinding", _WORKER_ROLE, namespace, subject)
         yield f"{_RBAC_PATH}/namespaces/{namespace}/rolebindings", binding
 
 
 def manifests(
-    namespaces: Sequence[str], subject: Subject, gang_scheduler: str | None = None
+    namespaces: Sequence[str],
+    subject: Subject,
+    gang_scheduler: str | None = None,
+    delegation: bool = False,
 ) -> list[dict[str, Any]]:
     """The objects of `worker_rbac`, to apply with kubectl."""
-    return [body for _, body in worker_rbac(namespaces, subject, gang_scheduler)]
+    return [body for _, body in worker_rbac(namespaces, subject, gang_scheduler, delegation)]
 
 
-def _namespaced_rules(gang_scheduler: str | None = None) -> list[dict[str, Any]]:
+def _namespaced_rules(
+    gang_scheduler: str | None = None, delegation: bool = False
+) -> list[dict[str, Any]]:
     rules = [
         _rule("pods", _WRITE),
         _rule("services", _WRITE),
@@ -118,6 +130,14 @@ def _namespaced_rules(gang_scheduler: str | None = None) -> list[dict[str, Any]]
     if gang_scheduler is not None:
         api = POD_GROUP_APIS[gang_scheduler]
         rules.append(_rule(api.plural, _POD_GROUP_VERBS, group=api.group))
+    if delegation:
+        rules.append(
+            {
+                "apiGroups": [KUBEFLOW_GROUP],
+                "resources": list(DELEGATED_PLURALS.values()),
+                "verbs": _DELEGATED_JOB_VERBS,
+            }
+        )
     return rules
 
 

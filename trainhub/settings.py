@@ -98,6 +98,13 @@ class TrainhubSettings(BaseSettings):
         "(volcano or scheduler-plugins) before its pods, which ask for that scheduler, as the "
         "Training Operator's --gang-scheduler-name does.",
     )
+    mode: Literal["direct", "delegate"] = Field(
+        default="direct",
+        description="Worker (kube backend): direct makes each job's pods and Services itself; "
+        "delegate hands each job to the member cluster's Kubeflow Training Operator as its "
+        "kubeflow.org/v1 object (runPolicy.managedBy kubeflow.org/training-operator) and "
+        "reports the status that operator writes.",
+    )
     gang_scheduler_name: str | None = Field(
         default=None,
         max_length=253,

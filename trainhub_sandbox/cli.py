@@ -35,6 +35,7 @@ sandbox_app = typer.Typer(
         "trainhub sandbox up --clusters-file clusters.yaml",
         "trainhub sandbox up --acls --acl-clusters east,west",
         "trainhub sandbox up --clusters 1 --gang-scheduler scheduler-plugins",
+        "trainhub sandbox up --clusters 2 --training-operator",
     ),
 )
 def sandbox_up_command(
@@ -76,6 +77,15 @@ def sandbox_up_command(
             "PodGroup CRD; built from its Go module on first use (minutes, then cached).",
         ),
     ] = None,
+    training_operator: Annotated[
+        bool,
+        typer.Option(
+            "--training-operator",
+            help="Every member cluster also runs the Kubeflow Training Operator v1.9.0 "
+            "(its CRDs installed; the worker identity may hand it jobs: `trainhub worker "
+            "--mode delegate`); built from its Go module on first use (minutes, then cached).",
+        ),
+    ] = False,
 ) -> None:
     """Start the sandbox; it keeps running until `trainhub sandbox down`."""
     from trainhub_sandbox.control import sandbox_up
@@ -93,6 +103,7 @@ def sandbox_up_command(
             acl_clusters=served,
             brokers=brokers,
             gang_scheduler=gang_scheduler,
+            training_operator=training_operator,
         )
     except (SandboxError, OSError, ValueError) as exc:
         raise fail(str(exc)) from None
@@ -106,8 +117,11 @@ def sandbox_up_command(
         )
     _print_brokers(state.kafka)
     for cluster in state.clusters:
-        gangs = f" (gang scheduler {cluster['gangScheduler']})" if cluster["gangScheduler"] else ""
-        console.print(f"cluster {cluster['name']}: kubeconfig {cluster['kubeconfig']}{gangs}")
+        extras = [f"gang scheduler {cluster['gangScheduler']}"] if cluster["gangScheduler"] else []
+        if cluster.get("trainingOperator"):
+            extras.append("Training Operator")
+        shown = f" ({', '.join(extras)})" if extras else ""
+        console.print(f"cluster {cluster['name']}: kubeconfig {cluster['kubeconfig']}{shown}")
 
 
 @sandbox_app.command(

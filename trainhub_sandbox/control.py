@@ -85,6 +85,7 @@ def sandbox_up(
     acl_clusters: Sequence[str] = (),
     brokers: int = 1,
     gang_scheduler: str | None = None,
+    training_operator: bool = False,
 ) -> SandboxState:
     """Start the broker (with a SCRAM user) and `count` member clusters; refuse if running.
 
@@ -98,7 +99,10 @@ def sandbox_up(
     a `--config` file each (kafka/users/<user>.yaml).
 
     `gang_scheduler` (`scheduler-plugins`): every member cluster also runs scheduler-plugins'
-    scheduler with Coscheduling, and its worker identity may make PodGroups."""
+    scheduler with Coscheduling, and its worker identity may make PodGroups.
+
+    `training_operator`: every member cluster also runs the Kubeflow Training Operator, and
+    its worker identity may hand it jobs (delegate mode)."""
     root = sandbox_dir()
     existing = read_state(root)
     if brokers < 1:
@@ -114,6 +118,8 @@ def sandbox_up(
     specs = cluster_plans(count, clusters_file)
     if gang_scheduler is not None:
         specs = [replace(spec, gang_scheduler=gang_scheduler) for spec in specs]
+    if training_operator:
+        specs = [replace(spec, training_operator=True) for spec in specs]
     served = list(acl_clusters) or [spec.name for spec in specs] or ["cluster-1"]
     users = role_users(served) if acls else []
     passwords = {SCRAM_USER: password, **{user.name: os.urandom(12).hex() for user in users}}
@@ -168,6 +174,7 @@ def sandbox_up(
                     "workerContext": cluster.worker_context,
                     "namespaces": list(cluster.worker_namespaces),
                     "gangScheduler": cluster.gang_scheduler,
+                    "trainingOperator": cluster.training_operator,
                 }
             )
     state = SandboxState(kafka=kafka, clusters=clusters)

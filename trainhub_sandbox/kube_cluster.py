@@ -50,6 +50,17 @@ from trainhub_sandbox.scheduler_plugins import (
     scheduler_config,
     scheduler_rbac,
 )
+from trainhub_sandbox.training_operator import (
+    OPERATOR_USER,
+    OperatorPorts,
+    TrainingOperator,
+    build_training_operator,
+    install_certs,
+    operator_args,
+    operator_objects,
+    operator_ready,
+)
+from trainhub_sandbox.training_operator import PROCESS_NAME as OPERATOR_PROCESS
 
 __all__ = [
     "DEFAULT_STAGES",
@@ -86,6 +97,9 @@ _SERVICE_CIDR = "10.0.0.0/24"
 _POD_CIDR = "10.244.0.0/16"
 _POLL_SECONDS = 0.25
 _LOG_TAIL_LINES = 30
+_OPERATOR_NODE_STORAGE = "100Gi"
+"""ephemeral-storage of a node on a cluster running the Training Operator, which asks 5Gi of
+it for an MPIJob launcher's kubectl-delivery init container (nowhere to go without)."""
 
 
 def start_member_clusters(
@@ -217,6 +231,11 @@ def node_manifests(spec: MemberClusterPlan) -> list[dict[str, Any]]:
         resources = {"cpu": pool.cpu, "memory": pool.memory, "pods": str(pool.pods)}
         if pool.gpus:
             resources["nvidia.com/gpu"] = str(pool.gpus)
+        storage = pool.ephemeral_storage
+        if storage is None and spec.training_operator:
+            storage = _OPERATOR_NODE_STORAGE
+        if storage is not None:
+            resources["ephemeral-storage"] = storage
         for index in range(pool.count):
             name = f"{spec.name}-{pool.name}-{index}"
             labels = {
@@ -309,6 +328,8 @@ def _start_clusters(
         raise SandboxError(f"the sandbox runs scheduler-plugins, not {', '.join(map(str, gangs))}")
     # Built (or found in the cache) before any apiserver starts: its first build takes minutes.
     plugins = build_scheduler_plugins() if gangs else None
+    wanted = any(spec.training_operator for spec in specs)
+    operator = build_training_operator() if wanted else None
     keys = _service_account_keys(sandbox.workdir)
     pending = [_launch_apiserver(sandbox, spec, bins, keys, deadline) for spec in specs]
     for cluster in pending:
@@ -318,7 +339,7 @@ def _start_clusters(
         _wait_until(
             partial(_apiserver_ready, admin, ca_file), deadline, cluster.apiserver, "/readyz"
         )
-        _bootstrap(admin, cluster.spec, plugins, deadline)
+        _bootstrap(admin, cluster.spec, plugins, deadline, operator)
     launched = [_launch_workers(sandbox, cluster, bins, stages, plugins) for cluster in pending]
     for member in launched:
         _wait_until(
@@ -327,8 +348,34 @@ def _start_clusters(
             member.processes[-1],
             f"{len(member.node_names)} nodes Ready",
         )
+        if operator is not None and member.training_operator:
+            member = _start_operator(sandbox, member, operator, deadline)
         sandbox.clusters[member.name] = member
         log.info("member cluster %s ready at %s", member.name, member.server)
+
+
+def _start_operator(
+    sandbox: KubeSandbox, member: MemberCluster, operator: TrainingOperator, deadline: float
+) -> MemberCluster:
+    """Run the Training Operator against the cluster as its own user; return once its
+    controllers start (its serving certificate copied out of the Secret its rotator fills)."""
+    cluster_dir = member.admin_kubeconfig.parent
+    ports = OperatorPorts(*free_ports(3))
+    process = _spawn(
+        sandbox,
+        OPERATOR_PROCESS,
+        operator_args(operator, cluster_dir / "operator.kubeconfig", ports),
+        cluster_dir / "training-operator.log",
+    )
+    admin = ApiClient.for_cluster(member)
+    _wait_until(
+        lambda: install_certs(admin) and operator_ready(ports),
+        deadline,
+        process,
+        "the Training Operator's certificates and /readyz",
+    )
+    log.info("training operator ready on %s (pid %d)", member.name, process.pid)
+    return replace(member, processes=(*member.processes, process))
 
 
 def _launch_apiserver(
@@ -341,7 +388,9 @@ def _launch_apiserver(
     cluster_dir = sandbox.workdir / spec.name
     shutil.rmtree(cluster_dir, ignore_errors=True)
     (cluster_dir / "certs").mkdir(parents=True)
-    tokens = {role: secrets.token_hex(16) for role in ("admin", "worker", "scheduler", "kwok")}
+    tokens = {
+        role: secrets.token_hex(16) for role in ("admin", "worker", "scheduler", "kwok", "operator")
+    }
     token_file = cluster_dir / "tokens.csv"
     token_file.write_text(_token_file(tokens))
     token_file.chmod(0o600)
@@ -430,6 +479,7 @@ def _launch_workers(
         node_names=tuple(node["metadata"]["name"] for node in node_manifests(cluster.spec)),
         processes=(cluster.apiserver, *schedulers, kwok),
         gang_scheduler=cluster.spec.gang_scheduler,
+        training_operator=cluster.spec.training_operator,
     )
 
 
@@ -465,6 +515,7 @@ def _token_file(tokens: Mapping[str, str]) -> str:
         "worker": (WORKER_USER, "trainhub:workers"),
         "scheduler": (_SCHEDULER_USER, ""),
         "kwok": (_KWOK_USER, "system:masters"),
+        "operator": (OPERATOR_USER, ""),
     }
     return "".join(
         f'{tokens[role]},{user},{user},"{group}"\n' for role, (user, group) in users.items()
@@ -504,9 +555,18 @@ def _bootstrap(
     spec: MemberClusterPlan,
     plugins: SchedulerPlugins | None = None,
     deadline: float = 0.0,
+    operator: TrainingOperator | None = None,
 ) -> None:
     """Namespaces, the worker's RBAC and the fake nodes; with gangs, the PodGroup CRD (once
-    established) and the second scheduler's RBAC."""
+    established) and the second scheduler's RBAC; with the Training Operator, its CRDs (once
+    established), namespace, Secret and RBAC."""
+    delegation = spec.training_operator and operator is not None
+    if delegation:
+        assert operator is not None
+        for crd in operator.crd_manifests():
+            _install_crd(admin, crd, deadline)
+        for path, body in operator_objects(operator):
+            admin.ensure(path, body)
     gangs = spec.gang_scheduler == GANG_SCHEDULER and plugins is not None
     if gangs:
         assert plugins is not None
@@ -516,7 +576,10 @@ def _bootstrap(
             admin.ensure(path, body)
     for namespace in spec.worker_namespaces:
         admin.ensure("/api/v1/namespaces", namespace_manifest(namespace))
-    for path, body in worker_rbac(spec.worker_namespaces, gang_scheduler=spec.gang_scheduler):
+    rbac = worker_rbac(
+        spec.worker_namespaces, gang_scheduler=spec.gang_scheduler, delegation=delegation
+    )
+    for path, body in rbac:
         admin.ensure(path, body)
     for node in node_manifests(spec):
         admin.ensure("/api/v1/nodes", node)

@@ -38,6 +38,9 @@ class KwokNodeGroup:
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[NodeTaint, ...] = ()
     name: str = "node"
+    ephemeral_storage: str | None = None
+    """The nodes' ephemeral-storage capacity (none: not reported, except on a cluster that
+    runs the Training Operator, whose MPIJob launchers ask 5Gi of it)."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,9 @@ class MemberClusterPlan:
     gang_scheduler: str | None = None
     """`scheduler-plugins`: its PodGroup CRD installed, its scheduler (Coscheduling) running
     beside kube-scheduler, and the worker identity allowed PodGroups."""
+    training_operator: bool = False
+    """The Kubeflow Training Operator v1 runs against this cluster (its CRDs installed), and
+    the worker identity may hand it jobs (`trainhub worker --mode delegate`)."""
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> MemberClusterPlan:
@@ -71,6 +77,7 @@ class MemberClusterPlan:
             worker_namespaces=namespaces,
             apiserver_args=extra,
             gang_scheduler=data.get("gang_scheduler"),
+            training_operator=bool(data.get("training_operator", False)),
         )
 
 
@@ -92,6 +99,8 @@ class MemberCluster:
     processes: tuple[SandboxProcess, ...]
     gang_scheduler: str | None = None
     """The gang scheduler running there (`scheduler-plugins`), if any."""
+    training_operator: bool = False
+    """The Kubeflow Training Operator runs against it."""
 
 
 @dataclass

@@ -98,6 +98,11 @@ class RunTimers:
         self.armed.clear()
         self.retiring.clear()
 
+    def retire_later(self, run: JobRun) -> None:
+        """Let the finished run go after `run_retention` (for runs whose timers are not armed
+        here: a delegated job's clocks are its operator's)."""
+        self._retire_later(run)
+
     def _retire_later(self, run: JobRun) -> None:
         uid = run.job.uid
         current = self.retiring.get(uid)

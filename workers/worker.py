@@ -15,6 +15,9 @@ its job's lock, so the backend calls that carry out one decision never interleav
 of the same job's, while different jobs go on at once; a sweep holds every job's lock.
 A transient refusal of the cluster (its apiserver unreachable) never ends the worker: the work
 it interrupted is tried again with backoff, and heartbeats pause until capacity can be read.
+
+With a delegating backend (delegate mode) the worker makes no pods: `Delegation` hands each
+job to the cluster's own operator and tells the status that operator reports.
 """
 
 from __future__ import annotations
@@ -48,8 +51,10 @@ from workers.backends.base import (
     PodObservation,
     is_transient,
 )
+from workers.backends.delegating import DelegatingBackend
 from workers.capacity_reports import CapacityReports
 from workers.decision_executor import CREATE_CONCURRENCY, UNSCHEDULABLE_REASON, DecisionExecutor
+from workers.delegation import Delegation
 from workers.job_locks import JobLocks
 from workers.job_run import JobRun
 from workers.job_statuses import JobStatuses
@@ -136,6 +141,16 @@ class Worker:
             arm=self._timers.arm,
             report_soon=self._reports.report_soon,
         )
+        self._delegation: Delegation | None = None
+        if isinstance(backend, DelegatingBackend):
+            self._delegation = Delegation(
+                backend,
+                self.runs,
+                self._statuses,
+                cluster=config.cluster,
+                locks=self._locks,
+                finished=self._delegated_run_finished,
+            )
         self._observations = ObservationLanes(
             backend.observations,
             self._observe,
@@ -189,6 +204,8 @@ class Worker:
         self._tasks.spawn(self._timers.run_unschedulable(), "unschedulable")
         self._tasks.spawn(self._timers.run_retirements(), "retirements")
         self._tasks.spawn(self._executor.run_catch_up(), "catch-up")
+        if self._delegation is not None:
+            self._tasks.spawn(self._delegation.run(), "delegated-statuses")
         log.info("worker started", extra={"cluster": self.cluster, "backend": self.backend.kind})
 
     @property
@@ -309,7 +326,10 @@ class Worker:
         known = self.runs.get(assigned.uid)
         if known is not None and known.attempt >= assigned.attempt:
             # Redelivered, or tried again after a transient refusal: make what is missing.
-            await self._executor.catch_up(known)
+            if self._delegation is not None:
+                await self._delegation.start(known)
+            else:
+                await self._executor.catch_up(known)
             return
         if known is not None:
             # Deleted before forgotten: a retry after a transient refusal deletes again.
@@ -320,6 +340,9 @@ class Worker:
         self.runs[job.uid] = run
         # Created goes out before any pod exists, so no pod phase can overtake it.
         await self._statuses.publish(run)
+        if self._delegation is not None:
+            await self._delegation.start(run)
+            return
         self._executor.prepare(run)
         await self._executor.decide(run, run.start())
         if run.finished:
@@ -362,6 +385,10 @@ class Worker:
         if run is None:
             log.info("suspend for a job not on this cluster ignored", extra=self._extra(ref.uid))
             return
+        if self._delegation is not None:
+            await self._delegation.suspend(run)
+            self._reports.report_soon()
+            return
         await self._executor.decide(run, run.suspend())
         if run.suspended:
             self._reports.report_soon()  # its capacity is free now
@@ -370,6 +397,9 @@ class Worker:
         run = self.runs.get(ref.uid)
         if run is None:
             log.info("resume for a job not on this cluster ignored", extra=self._extra(ref.uid))
+            return
+        if self._delegation is not None:
+            await self._delegation.resume(run)
             return
         # Observations of the pods the suspension deleted must not land on their successors.
         await self._observations.drain(ref.uid)
@@ -382,6 +412,11 @@ class Worker:
         run = self.runs.get(obs.job_uid)
         if run is not None:
             await self._executor.decide(run, run.observe(obs))
+
+    def _delegated_run_finished(self, run: JobRun) -> None:
+        """A delegated run ended: it leaves after its retention, and its room is reported."""
+        self._timers.retire_later(run)
+        self._reports.report_soon()
 
     def _forget(self, run: JobRun) -> None:
         uid = run.job.uid

@@ -38,6 +38,10 @@ class WorkerConfig:
     longer assigned here before it reports again. Default: three heartbeat intervals, and at
     least one interval plus two seconds; keep it below the hub's `max_heartbeat_age`."""
 
+    mode: str = "direct"
+    """`direct`: the worker makes each job's pods; `delegate`: it hands each job to the
+    cluster's Training Operator (a delegating backend, kube only)."""
+
     gang_scheduler: str | None = None
     """`volcano` or `scheduler-plugins`: each job gets that scheduler's PodGroup before its
     pods, which ask for the scheduler (kube backend only). None: kube-scheduler binds a job's

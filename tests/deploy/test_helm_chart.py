@@ -125,6 +125,7 @@ def test_the_workers_run_with_their_cluster_s_flags(objects: list[dict[str, Any]
         "scheduler-plugins",
         "coscheduler",
     )
+    assert params["mode"] is None  # settings' (direct)
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert mounts["kubeconfig"] == "/etc/trainhub/kubeconfig"
     volumes = {v["name"]: v for v in east["spec"]["template"]["spec"]["volumes"]}
@@ -151,6 +152,7 @@ def test_the_workers_run_with_their_cluster_s_flags(objects: list[dict[str, Any]
     assert (params["weight"], params["cost"], list(params["allow"] or ())) == (None, None, [])
     assert params["pod_security"] == "baseline"
     assert params["gang_scheduler"] is None  # settings' (none here)
+    assert params["mode"] == "delegate"  # its members' Training Operator runs the jobs
     volumes = {v["name"]: v for v in west["spec"]["template"]["spec"]["volumes"]}
     items = volumes["kubeconfig"]["secret"]["items"]
     assert items == [{"key": "kubeconfig.yaml", "path": "config"}]

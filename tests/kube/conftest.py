@@ -22,6 +22,7 @@ from trainhub_sandbox.kube_cluster import (
     stop_member_clusters,
 )
 from trainhub_sandbox.scheduler_plugins import build_scheduler_plugins
+from trainhub_sandbox.training_operator import build_training_operator
 from workers.backends.kube import KubeBackend
 
 _BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kwok")
@@ -49,8 +50,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Build the binaries before any test runs: a first build takes longer than the per-test
     timeout, which would otherwise count it against the first kube test's setup."""
     used = [set(getattr(item, "fixturenames", ())) for item in session.items]
-    wanted = any({"kube_sandbox", "fleet_sandbox", "gang_sandbox"} & names for names in used)
+    sandboxes = {"kube_sandbox", "fleet_sandbox", "gang_sandbox", "operator_sandbox"}
+    wanted = any(sandboxes & names for names in used)
     gangs = any("gang_sandbox" in names for names in used)
+    operators = any("operator_sandbox" in names for names in used)
     if not wanted or session.config.option.collectonly or _missing_go():
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
@@ -61,6 +64,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         build_kube_binaries()
         if gangs:
             build_scheduler_plugins()
+        if operators:
+            build_training_operator()
     except SandboxError as error:
         session.config.stash[_BUILD_ERROR] = error
         return

@@ -106,3 +106,32 @@ def test_a_gang_scheduler_adds_its_pod_groups_and_priority_classes_only() -> Non
     assert ["scheduling.volcano.sh"] in [r["apiGroups"] for r in role["rules"]]
     code, _, output = _print("--gang-scheduler", "kueue")
     assert code != 0 and "volcano or scheduler-plugins" in output
+
+
+def test_delegate_mode_adds_only_the_kubeflow_jobs_in_the_accepted_namespaces() -> None:
+    code, plain, _ = _print("-n", "team-a")
+    assert code == 0
+    code, delegating, _ = _print("-n", "team-a", "--delegate")
+    assert code == 0
+    # The same objects, the namespaced Role with one more rule: nothing cluster-wide grows.
+    assert [o["kind"] for o in delegating] == [o["kind"] for o in plain]
+    assert [o for o in delegating if o["kind"] != "Role"] == [
+        o for o in plain if o["kind"] != "Role"
+    ]
+    (role,) = [o for o in delegating if o["kind"] == "Role"]
+    (before,) = [o for o in plain if o["kind"] == "Role"]
+    added = [r for r in role["rules"] if r not in before["rules"]]
+    assert added == [
+        {
+            "apiGroups": ["kubeflow.org"],
+            "resources": [
+                "pytorchjobs",
+                "tfjobs",
+                "xgboostjobs",
+                "paddlejobs",
+                "jaxjobs",
+                "mpijobs",
+            ],
+            "verbs": ["create", "get", "list", "watch", "patch", "delete"],
+        }
+    ]

@@ -85,21 +85,30 @@ def list_methods(
 def _pod_group_methods(api: KubeApi, groups: PodGroupApi) -> tuple[Method, Method, Method]:
     """(delete, list in every namespace, list in one) for PodGroups, called as the typed
     methods of the other kinds are."""
+    return custom_object_methods(api, groups.group, groups.version, groups.plural)
+
+
+def custom_object_methods(
+    api: KubeApi, group: str, version: str, plural: str
+) -> tuple[Method, Method, Method]:
+    """(delete, list in every namespace, list in one) for a custom resource, called as the
+    typed methods of the built-in kinds are: (name, namespace, **options), (**options),
+    (namespace, **options)."""
     custom = api.custom
 
     def delete(name: str, namespace: str, **options: Any) -> Awaitable[Any]:
         return custom.delete_namespaced_custom_object(  # type: ignore[no-any-return]
-            groups.group, groups.version, namespace, groups.plural, name, **options
+            group, version, namespace, plural, name, **options
         )
 
     def everywhere(**options: Any) -> Awaitable[Any]:
         return custom.list_cluster_custom_object(  # type: ignore[no-any-return]
-            groups.group, groups.version, groups.plural, **options
+            group, version, plural, **options
         )
 
     def namespaced(namespace: str, **options: Any) -> Awaitable[Any]:
         return custom.list_namespaced_custom_object(  # type: ignore[no-any-return]
-            groups.group, groups.version, namespace, groups.plural, **options
+            group, version, namespace, plural, **options
         )
 
     return delete, everywhere, namespaced

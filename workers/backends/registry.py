@@ -38,6 +38,8 @@ class BackendRequest:
     """kube: the namespaces the worker may create in (None: all)."""
     gang_scheduling: GangScheduling | None = None
     """kube: the gang scheduler whose PodGroups the worker makes (None: none)."""
+    delegate: bool = False
+    """kube: hand each job to the cluster's Training Operator instead of making its pods."""
 
     def logs_dir(self) -> Path | None:
         return None if self.logs_root is None else self.logs_root / self.cluster.name
@@ -73,11 +75,31 @@ def _no_gangs(request: BackendRequest, kind: str) -> None:
         raise ValueError(
             f"--gang-scheduler needs --backend kube (the {kind} backend has no scheduler)"
         )
+    if request.delegate:
+        raise ValueError(
+            f"--mode delegate needs --backend kube (the {kind} backend has no operator)"
+        )
 
 
 def _kube(request: BackendRequest) -> Backend:
     if request.kubeconfig is None:
         raise ValueError("the kube backend needs --kubeconfig (and usually --context)")
+    if request.delegate:
+        if request.gang_scheduling is not None:
+            raise ValueError(
+                "--mode delegate leaves gang scheduling to the cluster's Training Operator "
+                "(its --gang-scheduler-name): leave out --gang-scheduler"
+            )
+        delegate = importlib.import_module("workers.backends.kube_delegate")
+        return cast(
+            Backend,
+            delegate.KubeDelegateBackend(
+                kubeconfig=request.kubeconfig,
+                context=request.context,
+                cluster=request.cluster.name,
+                namespaces=request.namespaces,
+            ),
+        )
     # Imported on use: kubernetes_asyncio is heavy, and embedded runs never need it.
     kube = importlib.import_module("workers.backends.kube")
     return cast(
