@@ -16,7 +16,7 @@ from dispatcher.outbox import AssignmentOutbox
 from schemas.conditions import JobStep
 from schemas.errors import JobInvalid
 from schemas.events import CloudEvent, EventType, JobRef, JobSubmitted, JobUpdated
-from schemas.job_controls import controls_path, with_suspend
+from schemas.job_controls import control_field, with_suspend
 from schemas.job_parsing import job_uid_of, names_of, parse_job
 from schemas.kubeflow import AnyJob
 from schemas.status import ALREADY_EXISTS, INVALID, TTL_EXPIRED, JobPhase
@@ -98,7 +98,7 @@ class JobIntake:
             and known.managed_by != (job.run_policy.managedBy or "")
         ):
             problem = (
-                f"{controls_path(job.kind)}.managedBy is immutable: job {job.key} is managed by "
+                f"{control_field(job.kind, 'managedBy')} is immutable: job {job.key} is managed by "
                 f"{known.managed_by or '(unset)'}, the resubmission says "
                 f"{job.run_policy.managedBy or '(unset)'}"
             )
@@ -154,8 +154,8 @@ class JobIntake:
             await self._statuses.publish(
                 record,
                 reason="ManagedElsewhere",
-                message=f"{controls_path(job.kind)}.managedBy is {manager}; trainhub leaves this "
-                "job alone",
+                message=f"{control_field(job.kind, 'managedBy')} is {manager}; "
+                "trainhub leaves this job alone",
             )
             return
         problem = context.placer.problem(job)
@@ -180,7 +180,7 @@ class JobIntake:
         await self._statuses.publish(
             record,
             reason="Suspended" if held else "Queued",
-            message=f"{controls_path(job.kind)}.suspend is true: held until resumed"
+            message=f"{control_field(job.kind, 'suspend')} is true: held until resumed"
             if held
             else "waiting for placement",
             with_job=True,
@@ -219,7 +219,9 @@ class JobIntake:
             message = "spec updated and resumed: waiting for placement"
         elif hold and record.phase == JobPhase.QUEUED:
             record.hold()
-            message = f"spec updated; {controls_path(job.kind)}.suspend is true: held until resumed"
+            message = (
+                f"spec updated; {control_field(job.kind, 'suspend')} is true: held until resumed"
+            )
         elif record.phase == JobPhase.SUSPENDED:
             message = "spec updated; held until resumed"
         await self._statuses.publish(record, reason=UPDATED, message=message, with_job=True)

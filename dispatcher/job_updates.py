@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from schemas.job_controls import controls_path, job_controls
+from schemas.job_controls import control_field, job_controls
 from schemas.kubeflow import AnyJob
 from schemas.status import JobPhase
 
@@ -42,16 +42,15 @@ def update_problem(current: AnyJob | None, phase: JobPhase | None, new: AnyJob) 
         return f"job {key} is {phase.value}, but its spec is not known here; nothing to compare"
     if new.kind != current.kind:
         return f"the kind of job {key} is {current.kind}; an update cannot make it a {new.kind}"
-    where = controls_path(new.kind)
     if (new.run_policy.managedBy or "") != (current.run_policy.managedBy or ""):
         return (
-            f"{where}.managedBy is immutable: job {key} is managed by "
+            f"{control_field(new.kind, 'managedBy')} is immutable: job {key} is managed by "
             f"{current.run_policy.managedBy or '(unset)'}, the update says "
             f"{new.run_policy.managedBy or '(unset)'}"
         )
     if phase in RUNNING_PHASES and _without_suspend(new) != _without_suspend(current):
         return (
-            f"job {key} is {phase.value}: only {where}.suspend may change while its pods "
-            "exist; suspend it, update it, then resume it"
+            f"job {key} is {phase.value}: only {control_field(new.kind, 'suspend')} may "
+            "change while its pods exist; suspend it, update it, then resume it"
         )
     return None

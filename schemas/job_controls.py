@@ -14,6 +14,12 @@ def controls_path(kind: object) -> str:
     return "spec" if kind == TRAINJOB_KIND else "spec.runPolicy"
 
 
+def control_field(kind: object, name: str) -> str:
+    """How messages name the `name` switch of a `kind` job: `runPolicy.suspend` (as the v1
+    kinds' users know it) or a TrainJob's `spec.suspend`."""
+    return f"spec.{name}" if kind == TRAINJOB_KIND else f"runPolicy.{name}"
+
+
 def job_controls(document: dict[str, Any], *, create: bool = True) -> dict[str, Any] | None:
     """The mapping of `document` that holds `managedBy` and `suspend` (the v1 kinds'
     `spec.runPolicy` added when missing and `create`); None where the document has no such

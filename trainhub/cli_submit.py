@@ -15,7 +15,7 @@ import typer
 
 from schemas.errors import ContractError
 from schemas.events import JobStatusUpdate
-from schemas.job_controls import TRAINJOB_KIND, controls_path, job_controls
+from schemas.job_controls import TRAINJOB_KIND, control_field, job_controls
 from schemas.job_parsing import load_documents, read_text
 from schemas.run_policy import TRAINHUB_MANAGER
 from schemas.status import ALREADY_EXISTS, JobPhase
@@ -112,15 +112,15 @@ def managers(documents: Iterable[dict[str, Any]], default_managed_by: bool) -> l
         policy = job_controls(document)
         if policy is None:
             continue  # the hub refuses it; validation says why
-        where = controls_path(document.get("kind")).removeprefix("spec.")
         manager = policy.get("managedBy")
         if manager is None and default_managed_by:
             policy["managedBy"] = TRAINHUB_MANAGER
         elif manager != TRAINHUB_MANAGER:
             said = manager or f"unset ({_upstream_manager(document)})"
             warnings.append(
-                f"{_shown(document)}: {where}.managedBy is {said}: the hub records the job "
-                f"and leaves it alone (Skipped); set it to {TRAINHUB_MANAGER}"
+                f"{_shown(document)}: {control_field(document.get('kind'), 'managedBy')} is "
+                f"{said}: the hub records the job and leaves it alone (Skipped); set it to "
+                f"{TRAINHUB_MANAGER}"
                 + ("" if manager else " or leave the setting default_managed_by on")
             )
     return warnings

@@ -42,6 +42,9 @@ class PodState:
     """In-place restarts of this pod's containers already counted (see `PodObservation`)."""
     uid: str | None = None
     """The pod object those restarts belong to, where the backend names one."""
+    held: bool = False
+    """Not created yet: its replica type waits for those it depends on (a TrainJob's nodes
+    for its initializers)."""
 
 
 @dataclass
@@ -106,7 +109,7 @@ class JobRun:
         self.sequence = int(time.time() * 1000)
         self.restarts = 0
         """Pod re-creations after retryable failures, counted against `backoffLimit`."""
-        self.pods = {p.name: PodState(p) for p in rendered.pods}
+        self.pods = {p.name: self._fresh_pod(p) for p in rendered.pods}
         self.status = JobStatus(conditions=[c.model_copy() for c in conditions])
         self.phase = JobPhase.CREATED
         self.suspended = False
@@ -125,6 +128,43 @@ class JobRun:
             created = self.status.condition(ConditionType.CREATED)
             if created is not None and created is not self.status.conditions[-1]:
                 self.unmarked = (created.reason or "Created", created.message or "")
+
+    def _fresh_pod(self, plan: PodPlan) -> PodState:
+        """A pod not started yet; held when its replica type depends on others. A run taken
+        back after a restart holds those too until it sees them, or their dependencies done
+        (creating a pod that exists is no harm)."""
+        depends = self.rendered.adapter.depends_on(self.job, plan.replica_type)
+        return PodState(plan, held=bool(depends))
+
+    def _released(self) -> list[PodPlan]:
+        """The held pods whose replica types' dependencies are met now, no longer held."""
+        met: dict[str, bool] = {}
+        released = []
+        for pod in self.pods.values():
+            rtype = pod.plan.replica_type
+            if not pod.held:
+                continue
+            if rtype not in met:
+                met[rtype] = all(
+                    self._reached(dependency, status)
+                    for dependency, status in self.rendered.adapter.depends_on(self.job, rtype)
+                )
+            if met[rtype]:
+                pod.held = False
+                released.append(pod.plan)
+        return released
+
+    def _reached(self, rtype: str, status: str) -> bool:
+        """JobSet's dependsOn: `Complete`, every pod of `rtype` succeeded; `Ready`, every pod
+        running or succeeded."""
+        wanted: tuple[PodPhase, ...] = (
+            ("Succeeded",) if status == "Complete" else ("Running", "Succeeded")
+        )
+        return all(
+            not p.held and p.phase in wanted
+            for p in self.pods.values()
+            if p.plan.replica_type == rtype
+        )
 
     @property
     def kind(self) -> str:
@@ -147,13 +187,13 @@ class JobRun:
             decision.delete = []  # none exists yet
             return decision
         self.status.startTime = self.clock()
-        return Decision(create=[p.plan for p in self.pods.values()])
+        return Decision(create=[p.plan for p in self.pods.values() if not p.held])
 
     def suspend(self) -> Decision:
         """Delete every pod (and service), active counts to 0, Running False, Suspended True."""
         if self.finished or self.suspended:
             return Decision()
-        decision = Decision(delete=[p.plan for p in self.pods.values()])
+        decision = Decision(delete=[p.plan for p in self.pods.values() if not p.held])
         self.suspended = True
         for pod in self.pods.values():
             pod.unschedulable = None
@@ -183,12 +223,12 @@ class JobRun:
             return Decision()
         self.suspended = False
         for name, pod in self.pods.items():
-            self.pods[name] = PodState(pod.plan)
+            self.pods[name] = self._fresh_pod(pod.plan)
         self._mark(JobStep.RESUMED)
         self.phase = JobPhase.CREATED
         self.status.startTime = self.clock()
         self._count()
-        return Decision(create=[p.plan for p in self.pods.values()], changed=True)
+        return Decision(create=[p.plan for p in self.pods.values() if not p.held], changed=True)
 
     def fail(self, message: str) -> Decision:
         """Fail the job from outside the pods' story (the cluster refused its objects)."""
@@ -204,6 +244,7 @@ class JobRun:
         if pod is None or self.finished or self.suspended:
             return Decision()
         decision = Decision()
+        pod.held = False  # seen, so it exists
         pod.phase, pod.exit_code = obs.phase, obs.exit_code
         unschedulable = obs.phase == "Pending" and (obs.message or "").startswith(
             UNSCHEDULABLE_PREFIX
@@ -232,6 +273,7 @@ class JobRun:
             decision.delete = self._to_delete(stop_active=over_limit)
         else:
             decision.config_maps = self._changed_config_maps()
+            decision.create = self._released()
         return decision
 
     def _changed_config_maps(self) -> list[ConfigMapPlan]:
@@ -413,7 +455,9 @@ class JobRun:
             states = [p for p in self.pods.values() if p.plan.replica_type == rtype]
             result[rtype] = ReplicaCounts(
                 expected=len(states),
-                active=0 if self.suspended else sum(p.phase in _ACTIVE for p in states),
+                active=0
+                if self.suspended
+                else sum(p.phase in _ACTIVE and not p.held for p in states),
                 succeeded=sum(p.phase == "Succeeded" for p in states),
                 failed=sum(p.phase == "Failed" for p in states),
                 succeeded_indexes=frozenset(p.plan.index for p in states if p.phase == "Succeeded"),
@@ -451,7 +495,8 @@ class JobRun:
         return [
             p.plan
             for p in self.pods.values()
-            if policy == "All" or ((policy == "Running" or stop_active) and p.phase in _ACTIVE)
+            if not p.held
+            and (policy == "All" or ((policy == "Running" or stop_active) and p.phase in _ACTIVE))
         ]
 
 

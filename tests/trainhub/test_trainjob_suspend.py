@@ -216,6 +216,4 @@ def test_submit_gives_a_trainjob_trainhubs_manager_in_its_own_field() -> None:
     assert "runPolicy" not in document["spec"]
     unmanaged = trainjob("cli", "torch-distributed")
     (warning,) = managers([unmanaged], default_managed_by=False)
-    assert "spec.managedBy is unset (trainer.kubeflow.org/trainjob-controller)" in warning or (
-        "managedBy is unset (trainer.kubeflow.org/trainjob-controller)" in warning
-    )
+    assert "spec.managedBy is unset (trainer.kubeflow.org/trainjob-controller)" in warning
