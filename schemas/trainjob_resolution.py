@@ -207,21 +207,21 @@ def resolve(
                 f"runLauncherAsNode does not have either launcher and node (got {nodes})"
             )
     depends_on: dict[str, tuple[tuple[str, str], ...]] = {}
-    for position, job in enumerate(jobs):
+    for position, replicated in enumerate(jobs):
         waits = []
-        for entry in job.dependsOn or []:
-            target, status = entry.get("name"), entry.get("status")
+        for entry in replicated.dependsOn or []:
+            needed, status = entry.get("name"), entry.get("status")
             earlier = {j.name for j in jobs[:position]}
-            if target not in earlier or status not in ("Complete", "Ready"):
+            if needed not in earlier or status not in ("Complete", "Ready"):
                 problems.append(
                     f"{ref}: replicatedJobs[{position}].dependsOn: must name an earlier "
                     f"replicated job ({sorted(earlier)}) with status Complete or Ready "
                     f"(got {entry!r})"
                 )
                 continue
-            waits.append((str(target), str(status)))
+            waits.append((str(needed), str(status)))
         if waits:
-            depends_on[job.name] = tuple(waits)
+            depends_on[replicated.name] = tuple(waits)
     if problems:
         return None
     specs: dict[str, ReplicaSpec] = {}
