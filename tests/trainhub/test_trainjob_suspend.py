@@ -11,10 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from schemas.status import JobPhase
 from schemas.trainer_runtimes import parse_runtime, runtime_catalog
-from trainhub import AsyncTrainHubClient
+from trainhub import AsyncTrainHubClient, cli_get_jobs, cli_jobs
+from trainhub.cli_get_jobs import GetOutput, job_item, print_jobs, resource_name
+from trainhub.cli_jobs import describe_text
 from trainhub.cli_submit import managers
 from trainhub.embedded import Embedded, EmbeddedOptions
 from trainhub.sdk_view import TrainHubJob
@@ -217,3 +220,47 @@ def test_submit_gives_a_trainjob_trainhubs_manager_in_its_own_field() -> None:
     unmanaged = trainjob("cli", "torch-distributed")
     (warning,) = managers([unmanaged], default_managed_by=False)
     assert "spec.managedBy is unset (trainer.kubeflow.org/trainjob-controller)" in warning
+
+
+async def test_get_and_describe_show_a_trainjob_as_trainer_would(
+    client: AsyncTrainHubClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await client.create_job(trainjob("shown", "sim-short", suspend=True))
+    await client.wait_for_job_conditions("shown", expected_conditions={"Suspended"}, timeout=20)
+    await client.resume_job("shown")
+    job = await client.wait_for_job_conditions(
+        "shown", expected_conditions={"Complete"}, timeout=20
+    )
+
+    item = job_item(job)  # `get job shown -o yaml|json`
+    assert item["apiVersion"] == "trainer.kubeflow.org/v1alpha1" and item["kind"] == "TrainJob"
+    assert item["metadata"]["uid"] == job.uid and item["spec"]["runtimeRef"]["name"] == "sim-short"
+    # Upstream's metav1.Condition fields, in Trainer's words; no Running condition.
+    assert [
+        (c["type"], c["status"], c["reason"], c["message"], sorted(c))
+        for c in item["status"]["conditions"]
+    ] == [
+        (*CREATED, ["lastTransitionTime", "message", "reason", "status", "type"]),
+        (*RESUMED, ["lastTransitionTime", "message", "reason", "status", "type"]),
+        (*COMPLETE, ["lastTransitionTime", "message", "reason", "status", "type"]),
+    ]
+    assert item["status"]["trainhub"]["phase"] == "Succeeded"
+    assert item["status"]["trainhub"]["replicaStatuses"]["node"]["succeeded"] == 2
+    assert resource_name(job) == "trainjob.trainer.kubeflow.org/shown"
+
+    recorded = Console(width=250, record=True)
+    monkeypatch.setattr(cli_get_jobs, "console", recorded)
+    monkeypatch.setattr(cli_jobs, "console", recorded)
+    print_jobs([job], GetOutput.wide, one=False)  # `get trainjobs -o wide`
+    (row,) = [line for line in recorded.export_text().splitlines() if "shown" in line]
+    assert row.split()[:5] == ["default", "shown", "TrainJob", "default", "Succeeded"]
+    assert "Complete" in row.split() and "AllJobsCompleted" in row.split()
+
+    describe_text(job)  # `describe job shown`
+    text = recorded.export_text()
+    assert "Runtime: ClusterTrainingRuntime sim-short (plain), numNodes=2" in text
+    assert "Spec:    suspend=False, managedBy=trainhub.io/dispatcher" in text
+    conditions_rows = [line.split("│")[1:4] for line in text.splitlines() if "│ " in line]
+    shown = [tuple(cell.strip() for cell in row) for row in conditions_rows]
+    assert ("Suspended", "False", "Resumed") in shown
+    assert ("Complete", "True", "AllJobsCompleted") in shown
