@@ -78,6 +78,8 @@ class JobStep(StrEnum):
     words, with none)."""
 
     CREATED = "Created"
+    CREATION_FAILED = "CreationFailed"
+    """The cluster refused the job's objects for good."""
     RUNNING = "Running"
     RESTARTING = "Restarting"
     SUSPENDED = "Suspended"
@@ -114,7 +116,9 @@ class KubeflowConditions:
         JobStep.FAILED: (ConditionType.FAILED, "True", ""),
     }
 
-    def condition(self, step: JobStep, kind: str, name: str, detail: str) -> StepCondition:
+    def condition(self, step: JobStep, kind: str, name: str, detail: str) -> StepCondition | None:
+        if step not in self._STEPS:
+            return None  # the operator marks a refusal only by failing the job
         ctype, value, word = self._STEPS[step]
         message = detail if not word else f"{kind} {name} is {word}."
         return StepCondition(ctype.value, f"{kind}{step.value}", message, value)
@@ -124,6 +128,8 @@ class KubeflowConditions:
 # for the terminal conditions, which the TrainJob controller copies from its JobSet.
 JOBS_CREATION_SUCCEEDED = "JobsCreationSucceeded"
 JOBS_CREATION_SUCCEEDED_MESSAGE = "Succeeded to create Jobs"
+JOBS_CREATION_FAILED = "JobsCreationFailed"
+JOBS_CREATION_FAILED_MESSAGE = "Failed to create Jobs"
 TRAINJOB_SUSPENDED_MESSAGE = "TrainJob is suspended"
 TRAINJOB_RESUMED_MESSAGE = "TrainJob is resumed"
 ALL_JOBS_COMPLETED = "AllJobsCompleted"
@@ -133,13 +139,19 @@ FAILED_JOBS_MESSAGE = "jobset failed due to one or more job failures"
 
 
 class TrainerConditions:
-    """Kubeflow Trainer's TrainJob: Created once its jobs exist, Suspended (False with
-    Resumed once resumed), then Complete or Failed; no Running or Restarting condition (the
-    phase says those)."""
+    """Kubeflow Trainer's TrainJob: Created once its jobs exist (False with JobsCreationFailed
+    when the cluster refused them), Suspended (False with Resumed once resumed), then Complete
+    or Failed; no Running or Restarting condition (the phase says those)."""
 
     _STEPS: dict[JobStep, StepCondition] = {
         JobStep.CREATED: StepCondition(
             ConditionType.CREATED.value, JOBS_CREATION_SUCCEEDED, JOBS_CREATION_SUCCEEDED_MESSAGE
+        ),
+        JobStep.CREATION_FAILED: StepCondition(
+            ConditionType.CREATED.value,
+            JOBS_CREATION_FAILED,
+            JOBS_CREATION_FAILED_MESSAGE,
+            "False",
         ),
         JobStep.SUSPENDED: StepCondition(
             ConditionType.SUSPENDED.value, "Suspended", TRAINJOB_SUSPENDED_MESSAGE

@@ -233,6 +233,8 @@ class JobRun:
     def fail(self, message: str) -> Decision:
         """Fail the job from outside the pods' story (the cluster refused its objects)."""
         decision = Decision()
+        if not self.finished:
+            self._mark(JobStep.CREATION_FAILED)
         decision.changed = self._fail(message)
         decision.finished = decision.changed
         return decision

@@ -143,3 +143,27 @@ async def test_jax_example_trains_as_a_trainjob_on_the_plain_runtime(tmp_path: P
         # The coordinator on node 0, reached on 127.0.0.1 at the job's own port.
         assert "joining coordinator 127.0.0.1:" in text and "127.0.0.1:6666" not in text
         assert _accuracy(text) > 0.90
+
+
+async def test_a_trainjob_the_cluster_cannot_create_has_created_false(tmp_path: Path) -> None:
+    # The plain runtime's image has no command that `local` could run: refused for good.
+    document = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "no-command"},
+        "spec": {
+            "managedBy": "trainhub.io/dispatcher",
+            "runtimeRef": {"name": "plain-distributed"},
+        },
+    }
+    async with Embedded(_options(tmp_path)) as system:
+        uid = await system.submit(document)
+        final = await system.wait_finished([uid], timeout=30)
+    assert final[uid].phase == JobPhase.FAILED
+    status = final[uid].status
+    assert status is not None
+    found = [(c.type, c.status, c.reason, c.message) for c in status.conditions]
+    assert found[0] == ("Created", "False", "JobsCreationFailed", "Failed to create Jobs")
+    failed = found[1]
+    assert failed[:3] == ("Failed", "True", "FailedJobs")
+    assert "has no command: the local backend" in (failed[3] or "")
