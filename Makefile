@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PACKAGES := schemas bus dispatcher workers trainhub trainhub_sandbox
 
-.PHONY: run test lint native format bench bench-kafka bench-soak bench-restart bench-broker-loss bench-placement bench-kube bench-memory bench-redispatch clean
+.PHONY: run run-trainjob test lint native format bench bench-kafka bench-soak bench-restart bench-broker-loss bench-placement bench-kube bench-memory bench-redispatch clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,12 @@ run: $(STAMP)
 	$(BIN)/trainhub up --exit-on-finish \
 		--cluster east:cpu=4,memory=8Gi --cluster west:cpu=8,memory=16Gi \
 		examples/jax-mnist-spmd/jaxjob.yaml
+
+# The same JAX example as a Kubeflow Trainer v2 TrainJob on the plain runtime.
+run-trainjob: $(STAMP)
+	$(BIN)/trainhub up --exit-on-finish \
+		--cluster east:cpu=4,memory=8Gi --cluster west:cpu=8,memory=16Gi \
+		examples/jax-mnist-spmd/trainjob.yaml
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(PACKAGES) tests examples bench

@@ -13,11 +13,13 @@ from dispatcher.hub_statuses import HubStatuses
 from dispatcher.job_updates import UPDATED, update_problem
 from dispatcher.ledger import JobRecord, queue_of
 from dispatcher.outbox import AssignmentOutbox
+from schemas.conditions import JobStep
 from schemas.errors import JobInvalid
 from schemas.events import CloudEvent, EventType, JobRef, JobSubmitted, JobUpdated
+from schemas.job_controls import control_field, with_suspend
 from schemas.job_parsing import job_uid_of, names_of, parse_job
 from schemas.kubeflow import AnyJob
-from schemas.status import ALREADY_EXISTS, INVALID, TTL_EXPIRED, ConditionType, JobPhase
+from schemas.status import ALREADY_EXISTS, INVALID, TTL_EXPIRED, JobPhase
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +98,7 @@ class JobIntake:
             and known.managed_by != (job.run_policy.managedBy or "")
         ):
             problem = (
-                f"runPolicy.managedBy is immutable: job {job.key} is managed by "
+                f"{control_field(job.kind, 'managedBy')} is immutable: job {job.key} is managed by "
                 f"{known.managed_by or '(unset)'}, the resubmission says "
                 f"{job.run_policy.managedBy or '(unset)'}"
             )
@@ -152,7 +154,8 @@ class JobIntake:
             await self._statuses.publish(
                 record,
                 reason="ManagedElsewhere",
-                message=f"runPolicy.managedBy is {manager}; trainhub leaves this job alone",
+                message=f"{control_field(job.kind, 'managedBy')} is {manager}; "
+                "trainhub leaves this job alone",
             )
             return
         problem = context.placer.problem(job)
@@ -169,15 +172,15 @@ class JobIntake:
         record.submission = submission
         record.submitted_at = submitted_at
         record.attempt = previous_attempts
-        record.note(ConditionType.CREATED, "Created")
+        record.note(JobStep.CREATED)
         if held:
-            record.note(ConditionType.SUSPENDED, "Suspended")
+            record.note(JobStep.SUSPENDED)
         context.ledger.put(record)
         context.metrics.training_operator.created(record)
         await self._statuses.publish(
             record,
             reason="Suspended" if held else "Queued",
-            message="runPolicy.suspend is true: held until resumed"
+            message=f"{control_field(job.kind, 'suspend')} is true: held until resumed"
             if held
             else "waiting for placement",
             with_job=True,
@@ -216,7 +219,9 @@ class JobIntake:
             message = "spec updated and resumed: waiting for placement"
         elif hold and record.phase == JobPhase.QUEUED:
             record.hold()
-            message = "spec updated; runPolicy.suspend is true: held until resumed"
+            message = (
+                f"spec updated; {control_field(job.kind, 'suspend')} is true: held until resumed"
+            )
         elif record.phase == JobPhase.SUSPENDED:
             message = "spec updated; held until resumed"
         await self._statuses.publish(record, reason=UPDATED, message=message, with_job=True)
@@ -268,9 +273,7 @@ class JobIntake:
         if record is None or record.job is None or record.phase.finished:
             return
         if record.phase == JobPhase.SUSPENDED and record.cluster is None:
-            document = record.job.to_document()
-            document["spec"].setdefault("runPolicy", {})["suspend"] = False
-            record.job = parse_job(document)
+            record.job = parse_job(with_suspend(record.job.to_document(), False))
             record.resume()
             await self._statuses.publish(
                 record, reason="Resumed", message="waiting for placement", with_job=True

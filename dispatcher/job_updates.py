@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from schemas.job_controls import control_field, job_controls
 from schemas.kubeflow import AnyJob
 from schemas.status import JobPhase
 
@@ -24,9 +25,9 @@ UPDATED = "Updated"
 
 def _without_suspend(job: AnyJob) -> dict[str, Any]:
     document = job.to_document()
-    run_policy = document.get("spec", {}).get("runPolicy")
-    if isinstance(run_policy, dict):
-        run_policy.pop("suspend", None)
+    controls = job_controls(document, create=False)
+    if controls is not None:
+        controls.pop("suspend", None)
     return document
 
 
@@ -43,13 +44,13 @@ def update_problem(current: AnyJob | None, phase: JobPhase | None, new: AnyJob) 
         return f"the kind of job {key} is {current.kind}; an update cannot make it a {new.kind}"
     if (new.run_policy.managedBy or "") != (current.run_policy.managedBy or ""):
         return (
-            f"runPolicy.managedBy is immutable: job {key} is managed by "
+            f"{control_field(new.kind, 'managedBy')} is immutable: job {key} is managed by "
             f"{current.run_policy.managedBy or '(unset)'}, the update says "
             f"{new.run_policy.managedBy or '(unset)'}"
         )
     if phase in RUNNING_PHASES and _without_suspend(new) != _without_suspend(current):
         return (
-            f"job {key} is {phase.value}: only runPolicy.suspend may change while its pods "
-            "exist; suspend it, update it, then resume it"
+            f"job {key} is {phase.value}: only {control_field(new.kind, 'suspend')} may "
+            "change while its pods exist; suspend it, update it, then resume it"
         )
     return None

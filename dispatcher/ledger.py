@@ -9,10 +9,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas.conditions import ConditionValue, set_condition
+from schemas.conditions import JobStep, mark_step
 from schemas.events import JobStatusUpdate, PlacementDecision
 from schemas.kubeflow import AnyJob
-from schemas.status import ConditionType, JobPhase, JobStatus
+from schemas.status import JobPhase, JobStatus
 
 
 @dataclass
@@ -86,12 +86,12 @@ class JobRecord:
     def hold(self) -> None:
         """Suspended while no cluster runs it: the hub holds it until resumed."""
         self._enter(JobPhase.SUSPENDED)
-        self.note(ConditionType.SUSPENDED, "Suspended")
+        self.note(JobStep.SUSPENDED)
 
     def resume(self) -> None:
         """A held job queued again."""
         self.enqueue()
-        self.note(ConditionType.SUSPENDED, "Resumed", "False")
+        self.note(JobStep.RESUMED)
 
     def assign(self, cluster: str) -> None:
         """Placed on `cluster`: a new attempt, whose statuses count from zero."""
@@ -113,7 +113,7 @@ class JobRecord:
         self.unplace()
         self.enqueue()
         self.status = None
-        self.note(ConditionType.CREATED, "Created")
+        self.note(JobStep.CREATED)
 
     def reject(self) -> None:
         self._enter(JobPhase.REJECTED)
@@ -146,15 +146,13 @@ class JobRecord:
         if update.phase == JobPhase.ASSIGNED:
             self.sequence = 0
 
-    def note(self, ctype: ConditionType, reason: str, value: ConditionValue = "True") -> None:
+    def note(self, step: JobStep) -> None:
         """A condition of a job no worker runs, as upstream's operator sets it on the job
         object (`Created`; `Suspended`, False once `Resumed`), so that clients waiting for one
         see it."""
-        kind, name = self.kind or "Job", self.name or self.uid
         if self.status is None:
             self.status = JobStatus()
-        message = f"{kind} {name} is {reason.lower()}."
-        set_condition(self.status, ctype, f"{kind}{reason}", message, value=value)
+        mark_step(self.status, step, self.kind or "Job", self.name or self.uid)
 
     def exclude(self, cluster: str, since: float, seconds: float) -> None:
         """Keep the job off `cluster` for `seconds` from `since` (seconds since the epoch: a

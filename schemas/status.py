@@ -16,6 +16,8 @@ class ConditionType(StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     SUSPENDED = "Suspended"
+    COMPLETE = "Complete"
+    """TrainJob's (Kubeflow Trainer v2) name for Succeeded."""
 
 
 class JobCondition(BaseModel):

@@ -44,6 +44,10 @@ class ResolvedTrainJob:
     success_targets: tuple[str, ...]
     """The replicated jobs whose completion completes the TrainJob (JobSet's successPolicy)."""
     run_launcher_as_node: bool = False
+    depends_on: dict[str, tuple[tuple[str, str], ...]] | None = None
+    """Per replicated job, the jobs it waits for and the status it waits for each to reach
+    (JobSet's `dependsOn`: `Complete`, every pod succeeded; `Ready`, every pod running or
+    succeeded) before its pods are created."""
 
 
 def _upsert(items: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -202,6 +206,22 @@ def resolve(
                 f"spec.trainer.numNodes: must have 1 when MPI trainingRuntime with enabled "
                 f"runLauncherAsNode does not have either launcher and node (got {nodes})"
             )
+    depends_on: dict[str, tuple[tuple[str, str], ...]] = {}
+    for position, replicated in enumerate(jobs):
+        waits = []
+        for entry in replicated.dependsOn or []:
+            needed, status = entry.get("name"), entry.get("status")
+            earlier = {j.name for j in jobs[:position]}
+            if needed not in earlier or status not in ("Complete", "Ready"):
+                problems.append(
+                    f"{ref}: replicatedJobs[{position}].dependsOn: must name an earlier "
+                    f"replicated job ({sorted(earlier)}) with status Complete or Ready "
+                    f"(got {entry!r})"
+                )
+                continue
+            waits.append((str(needed), str(status)))
+        if waits:
+            depends_on[replicated.name] = tuple(waits)
     if problems:
         return None
     specs: dict[str, ReplicaSpec] = {}
@@ -246,6 +266,7 @@ def resolve(
         proc_per_node=procs,
         success_targets=targets,
         run_launcher_as_node=launcher_as_node,
+        depends_on=depends_on,
     )
 
 

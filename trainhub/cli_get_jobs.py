@@ -5,6 +5,7 @@ a Kubernetes `List` of job objects, or the one object asked for by name) and `-w
 from __future__ import annotations
 
 import asyncio
+import copy
 import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -15,7 +16,9 @@ import typer
 from rich.table import Table
 
 from schemas.events import JobStatusUpdate
+from schemas.job_controls import TRAINJOB_KIND
 from schemas.kubeflow import JOB_CLASSES
+from schemas.status import JobPhase
 from trainhub.cli_help import examples
 from trainhub.cli_jobs import (
     _fail,
@@ -107,7 +110,11 @@ def job_item(job: TrainHubJob) -> dict[str, Any]:
     `metadata.uid` and `creationTimestamp`, its Kubeflow `status`, and trainhub's view of it
     (phase, cluster, attempt, queue, priorityClass and the priority the hub resolved it to,
     reason, message) under `status.trainhub`."""
-    document: dict[str, Any] = to_document(job_object(job, job.kind or "PyTorchJob"))
+    document: dict[str, Any]
+    if job.kind == TRAINJOB_KIND:
+        document = trainjob_object(job)
+    else:
+        document = to_document(job_object(job, job.kind or "PyTorchJob"))
     document["status"]["trainhub"] = {
         "phase": job.phase.value if job.phase else "Submitted",
         "cluster": job.cluster,
@@ -118,6 +125,41 @@ def job_item(job: TrainHubJob) -> dict[str, Any]:
         "reason": job.reason,
         "message": job.message,
     }
+    if job.kind == TRAINJOB_KIND and job.status.replicaStatuses:
+        document["status"]["trainhub"]["replicaStatuses"] = {
+            rtype: counts.model_dump(mode="json", exclude_none=True)
+            for rtype, counts in job.status.replicaStatuses.items()
+        }
+    return document
+
+
+def trainjob_object(job: TrainHubJob) -> dict[str, Any]:
+    """A TrainJob as Kubeflow Trainer's apiserver holds it: its status the conditions only
+    (metav1.Condition: type, status, reason, message, lastTransitionTime), in upstream's
+    words; trainhub's pod counts per replicated job go under `status.trainhub`."""
+    document: dict[str, Any] = copy.deepcopy(job.spec) if job.spec else {}
+    document.setdefault("apiVersion", JOB_CLASSES[TRAINJOB_KIND].API_VERSION)
+    document.setdefault("kind", TRAINJOB_KIND)
+    metadata = document.setdefault("metadata", {})
+    metadata.setdefault("name", job.name)
+    metadata.setdefault("namespace", job.namespace)
+    metadata["uid"] = job.uid
+    if job.created is not None:
+        metadata["creationTimestamp"] = job.created.isoformat()
+    conditions = [
+        {
+            key: value
+            for key, value in condition.model_dump(
+                mode="json", exclude_none=True, exclude={"lastUpdateTime"}
+            ).items()
+        }
+        for condition in job.conditions
+    ]
+    if job.phase in (JobPhase.REJECTED,) and not any(c["type"] == "Failed" for c in conditions):
+        conditions.append(
+            {"type": "Failed", "status": "True", "reason": job.reason, "message": job.message}
+        )
+    document["status"] = {"conditions": conditions} if conditions else {}
     return document
 
 
@@ -131,14 +173,19 @@ def job_list(jobs: list[TrainHubJob]) -> dict[str, Any]:
 
 
 def resource_name(job: TrainHubJob | JobStatusUpdate) -> str:
-    """`-o name`: `pytorchjob.kubeflow.org/mnist`, as kubectl names objects."""
-    return f"{(job.kind or 'job').lower()}.{GROUP}/{job.name or job.uid}"
+    """`-o name`: `pytorchjob.kubeflow.org/mnist` (`trainjob.trainer.kubeflow.org/...`), as
+    kubectl names objects."""
+    known = JOB_CLASSES.get(job.kind or "")
+    group = known.API_VERSION.split("/")[0] if known is not None else GROUP
+    return f"{(job.kind or 'job').lower()}.{group}/{job.name or job.uid}"
 
 
 # -- tables ----------------------------------------------------------------------------------
 
 _COLUMNS = ["NAMESPACE", "NAME", "KIND", "QUEUE", "PHASE", "CLUSTER", "AGE"]
-_WIDE = ["PRIORITY", "ATTEMPT", "UID", "REASON", "MESSAGE"]
+_WIDE = ["PRIORITY", "ATTEMPT", "UID", "STATE", "REASON", "MESSAGE"]
+"""STATE: the type of the latest condition, as upstream's printer columns show it
+(`.status.conditions[-1:].type`: Created, Suspended, Complete, Failed for a TrainJob)."""
 
 
 def _row(job: TrainHubJob | JobStatusUpdate, created: datetime | None, wide: bool) -> list[str]:
@@ -153,7 +200,9 @@ def _row(job: TrainHubJob | JobStatusUpdate, created: datetime | None, wide: boo
         format_age(created),
     ]
     if wide:
-        row += [format_priority(job), str(job.attempt), job.uid]
+        conditions = job.status.conditions if job.status is not None else []
+        state = conditions[-1].type if conditions else "-"
+        row += [format_priority(job), str(job.attempt), job.uid, state]
         row += [job.reason or "", job.message or ""]
     return row
 

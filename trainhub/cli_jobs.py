@@ -29,6 +29,7 @@ from schemas.errors import ContractError
 from schemas.job_parsing import parse_job
 from schemas.kubeflow import AnyJob
 from schemas.quantity import format_quantity
+from schemas.trainjob import TrainJob
 from trainhub.cli_help import examples
 from trainhub.cli_settings import READ_BUS, with_settings
 from trainhub.console_view import decision_table, error_text
@@ -365,8 +366,21 @@ def describe_text(job: TrainHubJob) -> None:
         function = (parsed.metadata.annotations or {}).get(FUNCTION_ANNOTATION)
         if function:
             fields.append(("Function", function))
-        policy = parsed.run_policy.model_dump(exclude_none=True)
-        fields.append(("Run policy", ", ".join(f"{k}={v}" for k, v in policy.items()) or "-"))
+        if isinstance(parsed, TrainJob):
+            ref, resolved = parsed.spec.runtimeRef, parsed.resolved
+            fields.append(
+                (
+                    "Runtime",
+                    f"{ref.kind or 'ClusterTrainingRuntime'} {ref.name} ({resolved.policy}), "
+                    f"numNodes={resolved.num_nodes}",
+                )
+            )
+            fields.append(
+                ("Spec", f"suspend={parsed.spec.suspend}, managedBy={parsed.spec.managedBy}")
+            )
+        else:
+            policy = parsed.run_policy.model_dump(exclude_none=True)
+            fields.append(("Run policy", ", ".join(f"{k}={v}" for k, v in policy.items()) or "-"))
     width = max(len(k) for k, _ in fields) + 1
     for key, value in fields:
         console.print(f"{key + ':':<{width}} {value}", highlight=False)

@@ -15,9 +15,11 @@ import typer
 
 from schemas.errors import ContractError
 from schemas.events import JobStatusUpdate
+from schemas.job_controls import TRAINJOB_KIND, control_field, job_controls
 from schemas.job_parsing import load_documents, read_text
 from schemas.run_policy import TRAINHUB_MANAGER
 from schemas.status import ALREADY_EXISTS, JobPhase
+from schemas.trainer import TRAINJOB_CONTROLLER
 from trainhub.bus_factory import make_bus
 from trainhub.cli_help import examples
 from trainhub.cli_live import LiveState, LiveView, want_live
@@ -107,25 +109,28 @@ def managers(documents: Iterable[dict[str, Any]], default_managed_by: bool) -> l
     the hub will leave alone (Skipped), as it does those another manager owns."""
     warnings = []
     for document in documents:
-        spec = document.get("spec")
-        if not isinstance(spec, dict):
-            continue  # the hub refuses it; validation says why
-        policy = spec.get("runPolicy")
+        policy = job_controls(document)
         if policy is None:
-            policy = spec["runPolicy"] = {}
-        if not isinstance(policy, dict):
-            continue
+            continue  # the hub refuses it; validation says why
         manager = policy.get("managedBy")
         if manager is None and default_managed_by:
             policy["managedBy"] = TRAINHUB_MANAGER
         elif manager != TRAINHUB_MANAGER:
-            said = manager or "unset (kubeflow.org/training-operator)"
+            said = manager or f"unset ({_upstream_manager(document)})"
             warnings.append(
-                f"{_shown(document)}: runPolicy.managedBy is {said}: the hub records the job "
-                f"and leaves it alone (Skipped); set it to {TRAINHUB_MANAGER}"
+                f"{_shown(document)}: {control_field(document.get('kind'), 'managedBy')} is "
+                f"{said}: the hub records the job and leaves it alone (Skipped); set it to "
+                f"{TRAINHUB_MANAGER}"
                 + ("" if manager else " or leave the setting default_managed_by on")
             )
     return warnings
+
+
+TRAINING_OPERATOR = "kubeflow.org/training-operator"
+
+
+def _upstream_manager(document: Mapping[str, Any]) -> str:
+    return TRAINJOB_CONTROLLER if document.get("kind") == TRAINJOB_KIND else TRAINING_OPERATOR
 
 
 def _shown(document: Mapping[str, Any]) -> str:

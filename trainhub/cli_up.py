@@ -256,7 +256,8 @@ async def _run_up(
             console.print(line, highlight=False)
         if held and any(u.phase == JobPhase.SUSPENDED for u in final.values()):
             console.print(
-                "a job held suspended (runPolicy.suspend) never runs here: nothing can resume "
+                "a job held suspended (runPolicy.suspend, a TrainJob's spec.suspend) never "
+                "runs here: nothing can resume "
                 "it on this in-memory bus (run on Kafka with --bootstrap and `trainhub resume`)"
             )
         console.print(

@@ -231,8 +231,9 @@ class AsyncTrainHubClient(FollowingCalls):
 
         The spec changes freely while the job has no pods: queued, held suspended, or
         suspended in its cluster (it is then placed again, with the new spec, when resumed).
-        A job whose pods exist may only be suspended (`runPolicy.suspend: true`). An explicit
-        `runPolicy.suspend` holds or resumes the job; left out, the job stays as it is.
+        A job whose pods exist may only be suspended (`runPolicy.suspend: true`; a TrainJob's
+        `spec.suspend`). An explicit `suspend` holds or resumes the job; left out, the job
+        stays as it is.
         `JobUpdateError` says why an update cannot apply (finished job, another kind or
         manager, a running job's pods); `JobNotFoundError` that there is no such job. The
         hub applies it with a status of reason `Updated` (with the new spec)."""

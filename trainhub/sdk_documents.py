@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from schemas.job_controls import TRAINJOB_KIND, controls_path, job_controls
 from schemas.job_parsing import load_documents, read_text
 from schemas.run_policy import TRAINHUB_MANAGER
 
@@ -47,12 +48,17 @@ def job_document(
     spec = document.setdefault("spec", {})
     if not isinstance(spec, dict):
         raise ValueError("spec: expected a mapping")
-    run_policy = spec.setdefault("runPolicy", {})
-    if not isinstance(run_policy, dict):
-        raise ValueError("spec.runPolicy: expected a mapping")
+    run_policy = job_controls(document)
+    if run_policy is None:
+        raise ValueError(f"{controls_path(document.get('kind'))}: expected a mapping")
     # Given to the trainhub SDK, the job is meant for trainhub; another manager set on
     # purpose is respected (the hub then records the job and leaves it alone).
     run_policy.setdefault("managedBy", TRAINHUB_MANAGER)
+    if queue is not None and document.get("kind") == TRAINJOB_KIND:
+        raise ValueError(
+            "queue: a TrainJob has no runPolicy.schedulingPolicy to name a queue in; "
+            "submit it without one (it goes to the default queue)"
+        )
     if queue is not None:
         scheduling = run_policy.setdefault("schedulingPolicy", {})
         if not isinstance(scheduling, dict):

@@ -45,6 +45,9 @@ _PHASE_CONDITIONS = {
     JobPhase.REJECTED: ConditionType.FAILED,
 }
 
+_SUCCESS: frozenset[str] = frozenset({ConditionType.SUCCEEDED, ConditionType.COMPLETE})
+_SAME_CONDITIONS: dict[str, frozenset[str]] = {c: _SUCCESS for c in _SUCCESS}
+
 
 class JobEvent(BaseModel):
     """One step of a job's life as the status topic told it."""
@@ -107,11 +110,13 @@ class TrainHubJob(BaseModel):
         reported conditions, and for the hub's own final phases such as Rejected). A job
         deleted by its owner has none: what it had is history. One deleted because its
         ttlSecondsAfterFinished ran out had finished, and keeps the conditions it ended with."""
+        # A TrainJob's Complete is the v1 kinds' Succeeded: a caller may wait for either.
+        names = _SAME_CONDITIONS.get(ctype, {ctype})
         if self.phase == JobPhase.DELETED:
-            return self.reason == TTL_EXPIRED and self.status.is_true(ctype)
-        if self.status.is_true(ctype):
+            return self.reason == TTL_EXPIRED and any(self.status.is_true(c) for c in names)
+        if any(self.status.is_true(c) for c in names):
             return True
-        return self.phase is not None and _PHASE_CONDITIONS.get(self.phase) == ctype
+        return self.phase is not None and _PHASE_CONDITIONS.get(self.phase) in names
 
 
 class StatusView:

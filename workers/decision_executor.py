@@ -158,7 +158,7 @@ class DecisionExecutor:
         except BackendError as cleanup:
             log.error("cannot delete the job's objects: %s", cleanup, extra=self._extra(uid))
         message = f"{run.kind} {run.name} cannot run on {self._cluster}: {error}"
-        await self._after(run, run.fail("Failed", message))
+        await self._after(run, run.fail(message))
 
     async def _carry_out(self, run: JobRun, decision: Decision) -> None:
         """The steps of a decision, each taken off it once done: one that a transient refusal

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from schemas.conditions import ConditionValue, set_condition
+from schemas.conditions import JobStep, condition_words, mark_step, set_condition
 from schemas.status import ConditionType, JobCondition, JobPhase, JobStatus, ReplicaStatus
 from workers.backends.base import UNSCHEDULABLE_PREFIX, PodObservation, PodPhase
 from workers.frameworks.base import ReplicaCounts
@@ -42,6 +42,9 @@ class PodState:
     """In-place restarts of this pod's containers already counted (see `PodObservation`)."""
     uid: str | None = None
     """The pod object those restarts belong to, where the backend names one."""
+    held: bool = False
+    """Not created yet: its replica type waits for those it depends on (a TrainJob's nodes
+    for its initializers)."""
 
 
 @dataclass
@@ -106,7 +109,7 @@ class JobRun:
         self.sequence = int(time.time() * 1000)
         self.restarts = 0
         """Pod re-creations after retryable failures, counted against `backoffLimit`."""
-        self.pods = {p.name: PodState(p) for p in rendered.pods}
+        self.pods = {p.name: self._fresh_pod(p) for p in rendered.pods}
         self.status = JobStatus(conditions=[c.model_copy() for c in conditions])
         self.phase = JobPhase.CREATED
         self.suspended = False
@@ -114,13 +117,53 @@ class JobRun:
         """The scheduler's message for a pod that no node can take, while one cannot."""
         self.unschedulable_since: float | None = None
         """Seconds since the epoch (on `clock`) since when some pod has been unschedulable."""
+        self.unmarked: tuple[str, str] | None = None
+        """The reason and message of the latest step that the job's kind marks with no
+        condition (a TrainJob running): what its status tells instead of the latest
+        condition, which is older news."""
         self._config_data = {c.name: c.data for c in rendered.config_maps}
         """Each ConfigMap's data as last decided (`Decision.config_maps` writes it)."""
-        self._set(
-            ConditionType.CREATED,
-            JobPhase.CREATED,
-            "Created",
-            f"{self.kind} {self.name} is created.",
+        if not self._set(JobStep.CREATED, JobPhase.CREATED) and self.status.conditions:
+            # Created already (the hub's, for a job it held): the news is still that.
+            created = self.status.condition(ConditionType.CREATED)
+            if created is not None and created is not self.status.conditions[-1]:
+                self.unmarked = (created.reason or "Created", created.message or "")
+
+    def _fresh_pod(self, plan: PodPlan) -> PodState:
+        """A pod not started yet; held when its replica type depends on others. A run taken
+        back after a restart holds those too until it sees them, or their dependencies done
+        (creating a pod that exists is no harm)."""
+        depends = self.rendered.adapter.depends_on(self.job, plan.replica_type)
+        return PodState(plan, held=bool(depends))
+
+    def _released(self) -> list[PodPlan]:
+        """The held pods whose replica types' dependencies are met now, no longer held."""
+        met: dict[str, bool] = {}
+        released = []
+        for pod in self.pods.values():
+            rtype = pod.plan.replica_type
+            if not pod.held:
+                continue
+            if rtype not in met:
+                met[rtype] = all(
+                    self._reached(dependency, status)
+                    for dependency, status in self.rendered.adapter.depends_on(self.job, rtype)
+                )
+            if met[rtype]:
+                pod.held = False
+                released.append(pod.plan)
+        return released
+
+    def _reached(self, rtype: str, status: str) -> bool:
+        """JobSet's dependsOn: `Complete`, every pod of `rtype` succeeded; `Ready`, every pod
+        running or succeeded."""
+        wanted: tuple[PodPhase, ...] = (
+            ("Succeeded",) if status == "Complete" else ("Running", "Succeeded")
+        )
+        return all(
+            not p.held and p.phase in wanted
+            for p in self.pods.values()
+            if p.plan.replica_type == rtype
         )
 
     @property
@@ -144,21 +187,32 @@ class JobRun:
             decision.delete = []  # none exists yet
             return decision
         self.status.startTime = self.clock()
-        return Decision(create=[p.plan for p in self.pods.values()])
+        return Decision(create=[p.plan for p in self.pods.values() if not p.held])
 
     def suspend(self) -> Decision:
         """Delete every pod (and service), active counts to 0, Running False, Suspended True."""
         if self.finished or self.suspended:
             return Decision()
-        decision = Decision(delete=[p.plan for p in self.pods.values()])
+        decision = Decision(delete=[p.plan for p in self.pods.values() if not p.held])
         self.suspended = True
         for pod in self.pods.values():
             pod.unschedulable = None
         self._update_pending()
-        message = f"{self.kind} {self.name} is suspended."
         if self.status.is_true(ConditionType.RUNNING):
-            self._condition(ConditionType.RUNNING, "Suspended", message, value="False")
-        self._set(ConditionType.SUSPENDED, JobPhase.SUSPENDED, "Suspended", message)
+            # The v1 kinds' operator stops Running with the suspension's reason and words.
+            words = condition_words(self.kind).condition(
+                JobStep.SUSPENDED, self.kind, self.name, ""
+            )
+            if words is not None:
+                set_condition(
+                    self.status,
+                    ConditionType.RUNNING,
+                    words.reason,
+                    words.message,
+                    value="False",
+                    now=self.clock(),
+                )
+        self._set(JobStep.SUSPENDED, JobPhase.SUSPENDED)
         decision.changed = True
         self._count()
         return decision
@@ -169,19 +223,19 @@ class JobRun:
             return Decision()
         self.suspended = False
         for name, pod in self.pods.items():
-            self.pods[name] = PodState(pod.plan)
-        self._condition(
-            ConditionType.SUSPENDED, "Resumed", f"{self.kind} {self.name} is resumed.", "False"
-        )
+            self.pods[name] = self._fresh_pod(pod.plan)
+        self._mark(JobStep.RESUMED)
         self.phase = JobPhase.CREATED
         self.status.startTime = self.clock()
         self._count()
-        return Decision(create=[p.plan for p in self.pods.values()], changed=True)
+        return Decision(create=[p.plan for p in self.pods.values() if not p.held], changed=True)
 
-    def fail(self, reason: str, message: str) -> Decision:
+    def fail(self, message: str) -> Decision:
         """Fail the job from outside the pods' story (the cluster refused its objects)."""
         decision = Decision()
-        decision.changed = self._fail(reason, message)
+        if not self.finished:
+            self._mark(JobStep.CREATION_FAILED)
+        decision.changed = self._fail(message)
         decision.finished = decision.changed
         return decision
 
@@ -192,6 +246,7 @@ class JobRun:
         if pod is None or self.finished or self.suspended:
             return Decision()
         decision = Decision()
+        pod.held = False  # seen, so it exists
         pod.phase, pod.exit_code = obs.phase, obs.exit_code
         unschedulable = obs.phase == "Pending" and (obs.message or "").startswith(
             UNSCHEDULABLE_PREFIX
@@ -220,6 +275,7 @@ class JobRun:
             decision.delete = self._to_delete(stop_active=over_limit)
         else:
             decision.config_maps = self._changed_config_maps()
+            decision.create = self._released()
         return decision
 
     def _changed_config_maps(self) -> list[ConfigMapPlan]:
@@ -276,7 +332,6 @@ class JobRun:
             return False
         if not _retryable(policy, obs.exit_code):
             decision.changed = self._fail(
-                "Failed",
                 f"{self.kind} {self.name} is failed because {obs.name} exited with "
                 f"{_exit(obs)} (restartPolicy {policy}).{_detail(obs)}",
             )
@@ -298,7 +353,6 @@ class JobRun:
     def _fail_backoff(self, obs: PodObservation) -> bool:
         # Upstream's reason and sentence; the limit and the last exit are ours.
         return self._fail(
-            "Failed",
             f"Job {self.name} has failed because it has reached the specified backoff limit "
             f"({self.job.run_policy.backoffLimit}): {obs.name} exited with {_exit(obs)}."
             f"{_detail(obs)}",
@@ -306,9 +360,8 @@ class JobRun:
 
     def _restarting(self, obs: PodObservation) -> bool:
         return self._set(
-            ConditionType.RESTARTING,
+            JobStep.RESTARTING,
             JobPhase.RESTARTING,
-            "Restarting",
             f"{self.kind} {self.name} is restarting because {obs.name} exited with "
             f"{_exit(obs)} (restart {self.restarts}).{_detail(obs)}",
         )
@@ -316,21 +369,11 @@ class JobRun:
     def _progress(self) -> bool:
         if self.rendered.adapter.succeeded(self.job, self.counts()):
             self.status.completionTime = self.clock()
-            return self._set(
-                ConditionType.SUCCEEDED,
-                JobPhase.SUCCEEDED,
-                "Succeeded",
-                f"{self.kind} {self.name} is successfully completed.",
-            )
+            return self._set(JobStep.SUCCEEDED, JobPhase.SUCCEEDED)
         if any(p.phase == "Running" for p in self.pods.values()):
             if self.status.startTime is None:
                 self.status.startTime = self.clock()
-            return self._set(
-                ConditionType.RUNNING,
-                JobPhase.RUNNING,
-                "Running",
-                f"{self.kind} {self.name} is running.",
-            )
+            return self._set(JobStep.RUNNING, JobPhase.RUNNING)
         return False
 
     def _update_pending(self) -> bool:
@@ -362,7 +405,6 @@ class JobRun:
         decision = Decision()
         # Upstream's reason and message, word for word (pkg/controller.v1/common/job.go).
         decision.changed = self._fail(
-            "Failed",
             f"Job {self.name} has failed because it was active longer than specified deadline",
         )
         self._count()
@@ -384,27 +426,30 @@ class JobRun:
 
     # -- status ---------------------------------------------------------------------------
 
-    def _fail(self, reason: str, message: str) -> bool:
+    def _fail(self, message: str) -> bool:
         if self.finished:
             return False
         self.status.completionTime = self.clock()
-        return self._set(ConditionType.FAILED, JobPhase.FAILED, reason, message)
+        return self._set(JobStep.FAILED, JobPhase.FAILED, message)
 
-    def _set(self, ctype: ConditionType, phase: JobPhase, reason: str, message: str) -> bool:
-        """Set the condition and the phase it means; True when either changed. A run taken
+    def _set(self, step: JobStep, phase: JobPhase, detail: str = "") -> bool:
+        """Mark the step and enter the phase it means; True when either changed. A run taken
         back after a restart starts Created with its conditions as they were (Running
         already True): the phase must follow them all the same."""
-        changed = self._condition(ctype, reason, message)
+        changed = self._mark(step, detail)
         if self.phase != phase:
             self.phase, changed = phase, True
+            if condition_words(self.kind).condition(step, self.kind, self.name, detail) is None:
+                said = detail or f"{self.kind} {self.name} is {phase.value.lower()}."
+                self.unmarked = (phase.value, said)
         return changed
 
-    def _condition(
-        self, ctype: ConditionType, reason: str, message: str, value: ConditionValue = "True"
-    ) -> bool:
-        return set_condition(
-            self.status, ctype, f"{self.kind}{reason}", message, value=value, now=self.clock()
-        )
+    def _mark(self, step: JobStep, detail: str = "") -> bool:
+        """The condition the job's kind sets at `step` (schemas/conditions.py)."""
+        changed = mark_step(self.status, step, self.kind, self.name, detail, now=self.clock())
+        if changed:
+            self.unmarked = None
+        return changed
 
     def counts(self) -> dict[str, ReplicaCounts]:
         result: dict[str, ReplicaCounts] = {}
@@ -412,7 +457,9 @@ class JobRun:
             states = [p for p in self.pods.values() if p.plan.replica_type == rtype]
             result[rtype] = ReplicaCounts(
                 expected=len(states),
-                active=0 if self.suspended else sum(p.phase in _ACTIVE for p in states),
+                active=0
+                if self.suspended
+                else sum(p.phase in _ACTIVE and not p.held for p in states),
                 succeeded=sum(p.phase == "Succeeded" for p in states),
                 failed=sum(p.phase == "Failed" for p in states),
                 succeeded_indexes=frozenset(p.plan.index for p in states if p.phase == "Succeeded"),
@@ -450,7 +497,8 @@ class JobRun:
         return [
             p.plan
             for p in self.pods.values()
-            if policy == "All" or ((policy == "Running" or stop_active) and p.phase in _ACTIVE)
+            if not p.held
+            and (policy == "All" or ((policy == "Running" or stop_active) and p.phase in _ACTIVE))
         ]
 
 

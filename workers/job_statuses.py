@@ -36,11 +36,14 @@ class JobStatuses:
     async def publish(
         self, run: JobRun, reason: str | None = None, message: str | None = None
     ) -> None:
-        """The run's status; reason and message are the latest condition's unless given."""
+        """The run's status; reason and message are the latest condition's unless given (or
+        the latest step's that the job's kind marks with none)."""
         run.sequence += 1
         job = run.job
         condition = run.status.conditions[-1] if run.status.conditions else None
-        if reason is None and condition is not None:
+        if reason is None and run.unmarked is not None:
+            reason, message = run.unmarked
+        elif reason is None and condition is not None:
             reason, message = condition.reason, condition.message
         update = JobStatusUpdate(
             uid=job.uid,

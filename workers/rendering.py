@@ -405,6 +405,7 @@ def render_job(
             rendered.pods.append(pod)
             if adapter.creates_services:
                 rendered.services.append(_service_plan(pod))
+    _reach_own_services(rendered, net)
     size = str(len(rendered.pods))
     for pod in rendered.pods:
         pod.annotations[ANNOTATION_GANG_SIZE] = size
@@ -413,6 +414,44 @@ def render_job(
         for pod in rendered.pods:
             _join_gang(pod, gang, rendered.pod_group.name)
     return rendered
+
+
+_SERVICE_SUFFIXES = ("", ".{ns}", ".{ns}.svc", ".{ns}.svc.cluster.local")
+
+
+def _reach_own_services(rendered: RenderedJob, net: Network) -> None:
+    """A variable whose value names one of the job's own Services (`<service>`, with
+    `.<namespace>[.svc[.cluster.local]]` or not, with `:<port>` or not: what a user writes
+    where no operator injects a peer's address, as a TrainJob on the plain runtime) gets the
+    address under which this network reaches it. Cluster DNS resolves the names as written;
+    on `local` they become 127.0.0.1 and the job's own port for that Service."""
+    namespace = rendered.job.metadata.namespace
+    names = {s.name for s in rendered.services}
+    if all(net.host(name, namespace) == name for name in names):
+        return  # names resolve where the pods run
+    written = {
+        name + suffix.format(ns=namespace): name for name in names for suffix in _SERVICE_SUFFIXES
+    }
+
+    def reached(value: str) -> str | None:
+        host, colon, port = value.rpartition(":") if ":" in value else (value, "", "")
+        service = written.get(host)
+        if service is None or (colon and not port.isdigit()):
+            return None
+        address = net.host(service, namespace)
+        return f"{address}:{net.port(service, int(port))}" if colon else address
+
+    for pod in rendered.pods:
+        containers = []
+        for container in pod.spec.containers:
+            env = [
+                e.model_copy(update={"value": reached(e.value)})
+                if e.value is not None and reached(e.value) is not None
+                else e
+                for e in container.env or []
+            ]
+            containers.append(container.model_copy(update={"env": env}) if env else container)
+        pod.spec = pod.spec.model_copy(update={"containers": containers})
 
 
 def _join_gang(pod: PodPlan, gang: GangScheduling, group: str) -> None:

@@ -208,3 +208,17 @@ def test_a_clusters_file_that_says_two_things_at_once_is_refused(tmp_path: Path)
         result = trainhub("plan", str(job), "--clusters", str(path))
         assert result.returncode == 1, (message, result.stdout)
         assert message in result.stderr, result.stderr
+
+
+def test_a_trainjob_is_planned_by_every_node_of_its_runtime(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[2]
+    job = root / "examples/trainjob-torch-digits/trainjob.yaml"
+    clusters = write(
+        tmp_path / "clusters.yaml",
+        {"clusters": [snapshot("roomy", "16", "64Gi"), snapshot("one-cpu", "1", "64Gi")]},
+    )
+    plan = plan_json(str(job), "--clusters", str(clusters))
+    assert plan["chosen"] == "roomy" and plan["job"] == "default/torch-digits"
+    (small,) = [c for c in plan["clusters"] if c["name"] == "one-cpu"]
+    # numNodes 2 x 1 CPU: the gang of two node pods does not fit one CPU.
+    assert "room for 1 of 2 node pods" in small["reason"]

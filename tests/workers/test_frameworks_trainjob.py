@@ -14,9 +14,15 @@ from typing import Any
 import pytest
 
 from schemas.job_parsing import parse_job
-from schemas.trainer_runtimes import reset_runtime_catalog, use_runtime_dirs
+from schemas.trainer import RuntimeRef
+from schemas.trainer_runtimes import reset_runtime_catalog, runtime_catalog, use_runtime_dirs
+from schemas.trainjob import TrainJob
+from schemas.trainjob_resolution import resolve
+from workers.backends.base import PodObservation
 from workers.frameworks.base import ReplicaCounts
 from workers.frameworks.trainjob import TrainJobAdapter
+from workers.job_run import JobRun
+from workers.network import LoopbackNetwork
 from workers.rendering import PodPlan, render_job
 
 RUNTIMES = Path(__file__).parent.parent / "data" / "trainer"
@@ -177,3 +183,72 @@ def test_initializers_come_first_and_overrides_apply() -> None:
     assert dataset.spec.nodeSelector is None
     # The hub's demand: numNodes x resourcesPerNode plus the initializers' pods.
     assert job.total_replicas == 4 and job.replicas_of("node") == 2
+
+
+def test_each_replicated_job_waits_for_those_it_depends_on() -> None:
+    use_runtime_dirs([RUNTIMES])
+    job = parse_job(
+        trainjob(
+            "torch-with-assets",
+            namespace="team-a",
+            runtimeRef={"name": "torch-with-assets", "kind": "TrainingRuntime"},
+            trainer={"numNodes": 2},
+        )
+    )
+    adapter = TrainJobAdapter()
+    assert adapter.depends_on(job, "dataset-initializer") == ()
+    assert adapter.depends_on(job, "model-initializer") == (("dataset-initializer", "Complete"),)
+    assert adapter.depends_on(job, "node") == (("model-initializer", "Complete"),)
+    run = JobRun(render_job(job), "c", 1)
+    assert [p.name for p in run.start().create] == ["tj-dataset-initializer-0-0"]
+    # Running is not Complete: nothing more yet.
+    observed = run.observe(PodObservation(job.uid, "tj-dataset-initializer-0-0", "Running"))
+    assert observed.create == []
+    done = run.observe(PodObservation(job.uid, "tj-dataset-initializer-0-0", "Succeeded", 0))
+    assert [p.name for p in done.create] == ["tj-model-initializer-0-0"]
+    # The held nodes are not active, nor deleted when the job is suspended.
+    assert run.counts()["node"].active == 0
+    suspended = run.suspend()
+    assert [p.name for p in suspended.delete] == [
+        "tj-dataset-initializer-0-0",
+        "tj-model-initializer-0-0",
+    ]
+    # Resumed, it starts over from the first step, as JobSet's Jobs are created again.
+    assert [p.name for p in run.resume().create] == ["tj-dataset-initializer-0-0"]
+    run.observe(PodObservation(job.uid, "tj-dataset-initializer-0-0", "Succeeded", 0))
+    nodes = run.observe(PodObservation(job.uid, "tj-model-initializer-0-0", "Succeeded", 0))
+    assert [p.name for p in nodes.create] == ["tj-node-0-0", "tj-node-0-1"]
+
+
+def test_a_dependency_on_no_earlier_replicated_job_is_refused() -> None:
+    use_runtime_dirs([RUNTIMES])
+    runtime = runtime_catalog().find(RuntimeRef(name="torch-distributed"), "default")
+    assert runtime is not None
+    broken = runtime.model_copy(deep=True)
+    broken.spec.template.spec.replicatedJobs[0].dependsOn = [{"name": "node", "status": "Done"}]
+    problems: list[str] = []
+    job = parse_job(trainjob("torch-distributed"))
+    assert isinstance(job, TrainJob)
+    assert resolve(job.spec, broken, problems) is None
+    assert "dependsOn: must name an earlier replicated job ([])" in problems[0]
+
+
+def test_a_jobs_own_service_names_in_its_env_reach_the_pod_on_every_network() -> None:
+    address = [
+        {"name": "COORDINATOR_ADDRESS", "value": "tj-node-0-0:6666"},
+        {"name": "PEER", "value": "tj-node-0-1.default.svc"},
+        {"name": "ELSEWHERE", "value": "other-node-0-0:6666"},
+        {"name": "PROCESS_ID", "value": "$(JOB_COMPLETION_INDEX)"},
+    ]
+    job = parse_job(trainjob("plain-distributed", trainer={"numNodes": 2, "env": address}))
+    # Cluster DNS resolves them as written.
+    assert env(render_job(job).pods[1])["COORDINATOR_ADDRESS"] == "tj-node-0-0:6666"
+    net = LoopbackNetwork()
+    first, second = render_job(job, net).pods
+    port = net.port("tj-node-0-0", 6666)
+    for pod in (first, second):
+        assert env(pod)["COORDINATOR_ADDRESS"] == f"127.0.0.1:{port}"
+        assert env(pod)["PEER"] == "127.0.0.1"
+        assert env(pod)["ELSEWHERE"] == "other-node-0-0:6666"  # not this job's
+        assert env(pod)["PROCESS_ID"] == "$(JOB_COMPLETION_INDEX)"
+    assert port != 6666

@@ -152,6 +152,11 @@ class FrameworkAdapter(abc.ABC):
         master = self.master_endpoint(job)
         return master is not None and self.pod_name(job, rtype, index) != master.service
 
+    def depends_on(self, job: AnyJob, rtype: str) -> tuple[tuple[str, str], ...]:
+        """The replica types whose pods must reach a status (`Complete`: all succeeded;
+        `Ready`: all running or succeeded) before `rtype`'s pods are created."""
+        return ()
+
     def config_maps(self, job: AnyJob, running: Collection[str] = ()) -> list[ConfigData]:
         """ConfigMaps to create before the pods, and to write again as the job's pods start
         and stop running (`running`: the names of those Running now)."""

@@ -75,6 +75,11 @@ class TrainJobAdapter(FrameworkAdapter):
             }
         return plain_env(env)
 
+    def depends_on(self, job: AnyJob, rtype: str) -> tuple[tuple[str, str], ...]:
+        """The runtime's `dependsOn`: the trainer's nodes after the initializers, as JobSet
+        creates a replicated job's Job only once those it depends on are Complete (Ready)."""
+        return (_trainjob(job).resolved.depends_on or {}).get(rtype, ())
+
     def config_maps(self, job: AnyJob, running: Collection[str] = ()) -> list[ConfigData]:
         """MPI: `<job>-mpi-hostfile`, the launcher first where it runs training too."""
         resolved = _trainjob(job).resolved
