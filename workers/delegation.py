@@ -68,7 +68,7 @@ class Delegation:
     async def _refused(self, run: JobRun, error: BackendError) -> None:
         log.error("the cluster refused the job: %s", error, extra=self._extra(run.job.uid))
         message = f"{run.kind} {run.name} cannot run on {self._cluster}: {error}"
-        decision = run.fail("Failed", message)
+        decision = run.fail(message)
         if decision.changed:
             await self._statuses.publish(run)
             self._finished(run)
