@@ -51,6 +51,7 @@ WORKER: tuple[str, ...] = (
     "heartbeat_overdue_after",
     "gang_scheduler",
     "gang_scheduler_name",
+    "mode",
 )
 """A worker's own settings (WorkerConfig's, and its metrics endpoint)."""
 SUBMIT: tuple[str, ...] = ("default_managed_by",)

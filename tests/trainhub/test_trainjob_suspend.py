@@ -258,8 +258,12 @@ async def test_get_and_describe_show_a_trainjob_as_trainer_would(
 
     describe_text(job)  # `describe job shown`
     text = recorded.export_text()
-    assert "Runtime: ClusterTrainingRuntime sim-short (plain), numNodes=2" in text
-    assert "Spec:    suspend=False, managedBy=trainhub.io/dispatcher" in text
+    fields = {
+        key.strip(): value.strip()
+        for key, _, value in (line.partition(":") for line in text.splitlines())
+    }
+    assert fields["Runtime"] == "ClusterTrainingRuntime sim-short (plain), numNodes=2"
+    assert fields["Spec"] == "suspend=False, managedBy=trainhub.io/dispatcher"
     conditions_rows = [line.split("│")[1:4] for line in text.splitlines() if "│ " in line]
     shown = [tuple(cell.strip() for cell in row) for row in conditions_rows]
     assert ("Suspended", "False", "Resumed") in shown
