@@ -47,8 +47,11 @@ def sim_worker(
     *,
     capacity: str = "cpu=8,memory=32Gi,nodes=2",
     heartbeat_interval: float = 0.5,
+    verbose: bool = False,
 ) -> Process:
-    """`trainhub worker --backend sim` for `cluster`, with the bus settings in `common`."""
-    args = ["worker", *common, "--cluster", cluster, "--backend", "sim"]
+    """`trainhub worker --backend sim` for `cluster`, with the bus settings in `common`
+    (`verbose`: its info lines too, to see how far a stop got)."""
+    args = ["-v"] if verbose else []
+    args += ["worker", *common, "--cluster", cluster, "--backend", "sim"]
     args += ["--capacity", capacity, "--heartbeat-interval", str(heartbeat_interval)]
     return Process(f"worker-{cluster}", args, logs)

@@ -252,8 +252,9 @@ def test_sigterm_stops_hub_and_worker_promptly_and_cleanly_without_a_broker(
             process.terminate()  # on failure too: no process outlives the test
     common = ["--bootstrap", own_broker.current.bootstrap, "--topic-prefix", "gone"]
     running = [
-        Process("hub-gone", ["hub", *common], tmp_path),
-        sim_worker("gone", common, tmp_path),
+        # -v: should a stop hang, the log says which step it reached
+        Process("hub-gone", ["-v", "hub", *common], tmp_path),
+        sim_worker("gone", common, tmp_path, verbose=True),
     ]
     try:
         settings = KafkaSettings(bootstrap=own_broker.current.bootstrap)
