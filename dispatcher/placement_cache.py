@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -22,18 +22,17 @@ from dispatcher.amounts import Amount, compact, compact_all
 from dispatcher.demand import CLUSTER_SELECTOR, JobProfile, PodDemand
 from dispatcher.gang_fit import (
     NodeRoom,
-    PackingHeap,
     Usage,
     admitting_nodes,
     best_fit,
     best_fit_from,
-    columns_for,
     gang_fit,
     largest_pod,
     search_fit,
     shortage,
     surely_fits,
 )
+from dispatcher.pod_kind_packing import PodKind, PodKindPacking, pod_kind
 from dispatcher.pod_policy import policy_refusal
 from dispatcher.port_rooms import PortRooms
 from dispatcher.reservation_versions import VersionedReservations
@@ -138,12 +137,10 @@ class _ShapeState:
         "candidates",
         "common",
         "judged",
+        "kinds",
         "largest",
-        "log_end",
         "never",
         "now",
-        "outdated",
-        "packing",
         "scoring",
         "static_scores",
         "witness",
@@ -159,10 +156,8 @@ class _ShapeState:
         self.candidates = candidates
         """Per demand (in packing order), the indexes of the nodes admitting it."""
         self.admitted = admitted
-        self.packing: list[PackingHeap] | None = None
-        """Per demand, best fit's candidates on the free capacity now, kept up to date."""
-        self.log_end = 0
-        """Where in the cluster's node change log `packing` is up to date."""
+        self.kinds: list[PodKind] | None = None
+        """Per demand, its kind of pod (the cluster keeps one packing heap per kind)."""
         self.common = common
         """Nodes admitting every demand (when there are several)."""
         self.largest = largest
@@ -170,8 +165,6 @@ class _ShapeState:
         self.judged = False
         """Whether `never` is worked out for this snapshot."""
         self.now: Verdict | None = None
-        self.outdated: set[int] = set()
-        """Nodes whose entries in `packing` predate this snapshot."""
         self.scoring: ScoreInput | None = None
         """What the scorer reads, kept for this snapshot: a new verdict sets the free amounts."""
         self.static_scores: tuple[float | None, ...] = ()
@@ -181,13 +174,10 @@ class _ShapeState:
         reservation versions then: while those stand, the gang still fits (only capacity
         elsewhere moved), and judging it again need not count slots."""
 
-    def carried(self, outdated: Iterable[int]) -> _ShapeState:
-        """This state for the next snapshot of the same nodes: the verdicts are dropped, the
-        packing heaps move over, to be refreshed on the `outdated` nodes."""
+    def carried(self) -> _ShapeState:
+        """This state for the next snapshot of the same nodes: the verdicts are dropped."""
         moved = _ShapeState(self.candidates, self.admitted, self.common, self.largest)
-        moved.packing, moved.log_end = self.packing, self.log_end
-        moved.outdated = self.outdated.union(outdated)
-        self.packing = None
+        moved.kinds = self.kinds
         return moved
 
     @classmethod
@@ -286,6 +276,8 @@ class ClusterFacts:
             else rejected(self.name, snapshot.unhealthyReason or "cluster reports unhealthy")
         )
         self.shapes: dict[int, _ShapeState] = {}
+        self.packings: dict[PodKind, PodKindPacking] = {}
+        """Per kind of pod, best fit's candidates on the free capacity now, kept up to date."""
         self._admitting: dict[tuple[object, ...], list[int]] = {}
         self._empty_rooms: list[NodeRoom] | None = None
         self._base_columns: dict[str, list[Amount]] = {}
@@ -301,7 +293,7 @@ class ClusterFacts:
 
     def _inherit(self, previous: ClusterFacts) -> None:
         """Keep what the previous snapshot of the same nodes had worked out per job shape:
-        which nodes admit it, and its packing heaps (refreshed where free amounts moved)."""
+        which nodes admit it, and the packing heaps (refreshed where free amounts moved)."""
         nodes, before = self.snapshot.nodes, previous.snapshot.nodes
         if self.node_names != previous.node_names or any(
             a.labels != b.labels or a.taints != b.taints for a, b in zip(nodes, before, strict=True)
@@ -313,7 +305,8 @@ class ClusterFacts:
             for i, (now, then) in enumerate(zip(self.base_free, previous.base_free, strict=True))
             if now != then
         ]
-        self.shapes = {sid: shape.carried(moved) for sid, shape in previous.shapes.items()}
+        self.shapes = {sid: shape.carried() for sid, shape in previous.shapes.items()}
+        self.packings = {kind: p.carried(moved) for kind, p in previous.packings.items()}
 
     @property
     def empty_rooms(self) -> list[NodeRoom]:
@@ -342,6 +335,7 @@ class ClusterFacts:
         if shape is None:
             if len(self.shapes) >= _MAX_SHAPES_PER_CLUSTER:
                 self.shapes.clear()
+                self.packings.clear()
             candidates = [self._admitting_nodes(d) for d in profile.ordered]
             shape = self.shapes[shape_id] = _ShapeState.of(candidates, profile)
         if not shape.judged:
@@ -555,42 +549,33 @@ class ClusterFacts:
                 if isinstance(reservations, VersionedReservations)
                 else None
             )
-            changed = log.since(shape.log_end) if log is not None else None
-            if shape.packing is None or (changed is None and reservations is not None):
-                shape.packing = self._packing_heaps(ordered, shape)
-                shape.outdated = set()
-            elif changed or shape.outdated:
-                where = self.node_index
-                moved = {i for node in changed or () if (i := where.get(node)) is not None}
-                moved |= shape.outdated
-                shape.outdated = set()
-                for heap, demand, allowed in zip(
-                    shape.packing, ordered, shape.admitted, strict=True
-                ):
-                    heap.refresh(self.free_of, self.pod_slot, demand, moved & allowed)
-            if log is not None:
-                shape.log_end = log.end
+            kinds = shape.kinds
+            if kinds is None:
+                kinds = shape.kinds = [pod_kind(d) for d in ordered]
+            packings, heaps = self.packings, []
+            for demand, kind, candidates, allowed in zip(
+                ordered, kinds, shape.candidates, shape.admitted, strict=True
+            ):
+                packing = packings.get(kind)
+                if packing is None:
+                    packing = packings[kind] = PodKindPacking()
+                heaps.append(
+                    packing.current(
+                        demand,
+                        candidates,
+                        allowed,
+                        self.node_index,
+                        log,
+                        reservations is not None,
+                        self.free_of,
+                        self.pod_slot,
+                        self._column_now,
+                    )
+                )
             verdict.usage = best_fit_from(
-                self.free_of, self.node_names, self.pod_slot, ordered, shape.packing, shape.admitted
+                self.free_of, self.node_names, self.pod_slot, ordered, heaps, shape.admitted
             )
         return verdict.usage
-
-    def _packing_heaps(self, ordered: Sequence[PodDemand], shape: _ShapeState) -> list[PackingHeap]:
-        resources = columns_for(ordered)
-        if resources is None:
-            return [
-                PackingHeap.scan(self.free_of, self.pod_slot, demand, candidates)
-                for demand, candidates in zip(ordered, shape.candidates, strict=True)
-            ]
-        columns = {r: self._column_now(r) for r in resources}
-        count = len(self.node_names)
-        heaps = []
-        for candidates, demand in zip(shape.candidates, ordered, strict=True):
-            admitted = [False] * count
-            for index in candidates:
-                admitted[index] = True
-            heaps.append(PackingHeap.from_columns(columns, demand, admitted))
-        return heaps
 
     def _column_now(self, resource: str) -> list[Amount]:
         """Every node's free amount of `resource` after reservations, as a fresh list
