@@ -181,13 +181,15 @@ class _ShapeState:
         return moved
 
     @classmethod
-    def of(cls, candidates: list[list[int]], profile: JobProfile) -> _ShapeState:
+    def of(
+        cls, candidates: list[list[int]], admitted: list[set[int]], profile: JobProfile
+    ) -> _ShapeState:
         common: list[int] = []
         largest: PodDemand | None = None
         if len(candidates) > 1:
-            common = sorted(set(candidates[0]).intersection(*candidates[1:]))
+            common = sorted(admitted[0].intersection(*admitted[1:]))
             largest = largest_pod(profile.ordered)
-        return cls(candidates, [set(c) for c in candidates], common, largest)
+        return cls(candidates, admitted, common, largest)
 
 
 _UNSET = object()
@@ -230,6 +232,8 @@ class ClusterFacts:
         self.node_names = [n.name for n in nodes]
         self.node_index = {name: i for i, name in enumerate(self.node_names)}
         self.base_free: list[dict[str, Amount]] = []
+        self.allocatable: list[dict[str, Amount]] = []
+        """Per node, its allocatable amounts made compact (shared by a node pool's nodes)."""
         capacity: dict[str, Amount] = {}
         free: dict[str, Amount] = {}
         pod_slot: list[bool] = []
@@ -249,6 +253,7 @@ class ClusterFacts:
                 whole = compact_all(allocatable)
                 last = (allocatable, whole)
             pod_slot.append(_POD_SLOT in whole)
+            self.allocatable.append(whole)
             if requested:
                 left = {r: _minus(a, requested.get(r)) for r, a in whole.items()}
             else:
@@ -278,7 +283,9 @@ class ClusterFacts:
         self.shapes: dict[int, _ShapeState] = {}
         self.packings: dict[PodKind, PodKindPacking] = {}
         """Per kind of pod, best fit's candidates on the free capacity now, kept up to date."""
-        self._admitting: dict[tuple[object, ...], list[int]] = {}
+        self._admitting: dict[tuple[object, ...], tuple[list[int], set[int]]] = {}
+        """Per admission key (`PodDemand.admission_key`), the nodes admitting such pods, as a
+        list and as a set: shared by every job shape with such pods."""
         self._empty_rooms: list[NodeRoom] | None = None
         self._base_columns: dict[str, list[Amount]] = {}
         self._version: object = _UNSET
@@ -323,11 +330,12 @@ class ClusterFacts:
             return None
         return self.observed + timedelta(seconds=max_age)
 
-    def _admitting_nodes(self, demand: PodDemand) -> list[int]:
+    def _admitting_nodes(self, demand: PodDemand) -> tuple[list[int], set[int]]:
         key = demand.admission_key
         found = self._admitting.get(key)
         if found is None:
-            found = self._admitting[key] = admitting_nodes(self.snapshot.nodes, demand)
+            nodes = admitting_nodes(self.snapshot.nodes, demand)
+            found = self._admitting[key] = (nodes, set(nodes))
         return found
 
     def _shape(self, profile: JobProfile, shape_id: int) -> _ShapeState:
@@ -336,8 +344,10 @@ class ClusterFacts:
             if len(self.shapes) >= _MAX_SHAPES_PER_CLUSTER:
                 self.shapes.clear()
                 self.packings.clear()
-            candidates = [self._admitting_nodes(d) for d in profile.ordered]
-            shape = self.shapes[shape_id] = _ShapeState.of(candidates, profile)
+            admitting = [self._admitting_nodes(d) for d in profile.ordered]
+            shape = self.shapes[shape_id] = _ShapeState.of(
+                [nodes for nodes, _ in admitting], [known for _, known in admitting], profile
+            )
         if not shape.judged:
             shape.never, shape.judged = self._never(profile, shape), True
         return shape
@@ -367,8 +377,11 @@ class ClusterFacts:
             # A worker that stopped (or cannot read its cluster) reports no nodes: that says
             # nothing of the nodes a restarted worker will find, so "not now", not "never".
             return None
+        # The compact amounts: counting slots in ints, not in the snapshot's Decimals, was
+        # most of judging a cluster for a job shape the first time (once per heartbeat).
+        allocatable = self.allocatable
         fits, _, _ = surely_fits(
-            lambda i: nodes[i].allocatable,
+            lambda i: allocatable[i],
             self.pod_slot,
             profile.ordered,
             shape.candidates,
