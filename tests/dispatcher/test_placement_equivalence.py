@@ -217,3 +217,32 @@ def test_the_hubs_placement_decides_as_a_full_scan(seed: int) -> None:
             fleet.now += timedelta(seconds=rng.choice([1, 10, 40]))
     assert versioned.count() == plain.count()
     assert decisions > 100 and chosen > 20  # the scenario places jobs, not only refuses them
+
+
+def test_job_shapes_with_one_kind_of_pod_share_a_clusters_packing_heap() -> None:
+    rng = random.Random(1)
+    fleet = Fleet(rng, 1)
+    fleet.nodes["c000"] = [(f"c000-n{i}", 1) for i in range(8)]
+    fleet.snapshots["c000"] = snapshot = fleet.heartbeat("c000").model_copy(
+        update={"healthy": True, "namespaces": None, "observedAt": fleet.now}
+    )
+    placer = Placer()
+    reservations = VersionedReservations()
+    for index, replicas in enumerate((2, 3, 4, 2)):
+        document = job_document(rng, index)
+        document["kind"], document["metadata"]["annotations"] = "JAXJob", {}
+        document["metadata"]["namespace"] = "default"
+        pod = {
+            "containers": [{"name": "jax", "image": "x", "resources": {"requests": {"cpu": "2"}}}]
+        }
+        document["spec"] = {
+            "runPolicy": {"managedBy": "trainhub.io/dispatcher"},
+            "jaxReplicaSpecs": {"Worker": {"replicas": replicas, "template": {"spec": pod}}},
+        }
+        job = parse_job(document)
+        placement = placer.plan(job, [snapshot], reservations=reservations, now=fleet.now)
+        assert placement.chosen == "c000"
+        reservations.reserve("c000", job.uid, placement.usage)
+    facts = placer.cache.facts(snapshot)
+    assert len(facts.shapes) == 3  # three job shapes (2, 3 and 4 workers) ...
+    assert len(facts.packings) == 1  # ... and one kind of pod, packed from one heap
