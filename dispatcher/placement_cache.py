@@ -45,7 +45,6 @@ _score = ClusterScore.__pydantic_validator__.validate_python
 """Builds a ClusterScore from a dict: the model's own validation without the Python
 `__init__` around it, a third cheaper; one is built for every cluster judged again (setting
 the fields through `object.__setattr__`, as `model_construct` does, measured no cheaper)."""
-_INFINITE = Decimal("Infinity")
 _POD_SLOT = "pods"
 _RANK_BITS = 24
 """Bits of a board key that hold the cluster's place in name order (16 million clusters)."""
@@ -256,8 +255,8 @@ class ClusterFacts:
             self.allocatable.append(whole)
             if requested:
                 left = {r: _minus(a, requested.get(r)) for r, a in whole.items()}
-            else:
-                left = whole.copy()
+            else:  # shared by the pool's idle nodes (read-only, as every free amount here)
+                left = whole
             self.base_free.append(left)
             for resource, amount in whole.items():
                 capacity[resource] = capacity.get(resource, 0) + amount
@@ -287,7 +286,6 @@ class ClusterFacts:
         """Per admission key (`PodDemand.admission_key`), the nodes admitting such pods, as a
         list and as a set: shared by every job shape with such pods."""
         self._empty_rooms: list[NodeRoom] | None = None
-        self._base_columns: dict[str, list[Amount]] = {}
         self._version: object = _UNSET
         self._reserved: Mapping[str, Mapping[str, Amount]] = {}
         self._node_versions: Mapping[str, int] = {}
@@ -582,29 +580,12 @@ class ClusterFacts:
                         reservations is not None,
                         self.free_of,
                         self.pod_slot,
-                        self._column_now,
                     )
                 )
             verdict.usage = best_fit_from(
                 self.free_of, self.node_names, self.pod_slot, ordered, heaps, shape.admitted
             )
         return verdict.usage
-
-    def _column_now(self, resource: str) -> list[Amount]:
-        """Every node's free amount of `resource` after reservations, as a fresh list
-        (`pods`: infinite on nodes that do not count pods)."""
-        base = self._base_columns.get(resource)
-        if base is None:
-            missing: Amount = _INFINITE if resource == _POD_SLOT else 0
-            base = self._base_columns[resource] = [f.get(resource, missing) for f in self.base_free]
-        column = base.copy()
-        where = self.node_index
-        for node, held in self._reserved.items():
-            amount = held.get(resource)
-            index = where.get(node)
-            if amount and index is not None and resource in self.base_free[index]:
-                column[index] -= amount
-        return column
 
 
 def _same_items(current: list[ClusterSnapshot], known: list[ClusterSnapshot]) -> bool:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from dispatcher.amounts import Amount
 from dispatcher.demand import PodDemand
-from dispatcher.gang_fit import PackingHeap, columns_for
+from dispatcher.gang_fit import PackingHeap
 from dispatcher.reservation_versions import ChangeLog
 
 PodKind = tuple[object, ...]
@@ -55,7 +55,6 @@ class PodKindPacking:
         reserving: bool,
         free_of: Callable[[int], Mapping[str, Amount]],
         pod_slot: Sequence[bool],
-        column_now: Callable[[str], list[Amount]],
     ) -> PackingHeap:
         """The heap on the free capacity now. `log`: the cluster's node change log, when the
         reservations keep one; `reserving`: whether there are reservations at all (without a
@@ -63,7 +62,7 @@ class PodKindPacking:
         changed = log.since(self.log_end) if log is not None else None
         heap = self.heap
         if heap is None or (changed is None and reserving):
-            heap = self.heap = _build(demand, candidates, free_of, pod_slot, column_now)
+            heap = self.heap = PackingHeap.scan(free_of, pod_slot, demand, candidates)
             self.outdated = set()
         elif changed or self.outdated:
             moved = {i for node in changed or () if (i := node_index.get(node)) is not None}
@@ -73,19 +72,3 @@ class PodKindPacking:
         if log is not None:
             self.log_end = log.end
         return heap
-
-
-def _build(
-    demand: PodDemand,
-    candidates: Sequence[int],
-    free_of: Callable[[int], Mapping[str, Amount]],
-    pod_slot: Sequence[bool],
-    column_now: Callable[[str], list[Amount]],
-) -> PackingHeap:
-    resources = columns_for((demand,))
-    if resources is None:
-        return PackingHeap.scan(free_of, pod_slot, demand, candidates)
-    admitted = [False] * len(pod_slot)
-    for index in candidates:
-        admitted[index] = True
-    return PackingHeap.from_columns({r: column_now(r) for r in resources}, demand, admitted)
