@@ -236,7 +236,11 @@ class ClusterFacts:
         capacity: dict[str, Amount] = {}
         free: dict[str, Amount] = {}
         pod_slot: list[bool] = []
-        last: tuple[Mapping[str, Decimal], dict[str, Amount]] | None = None
+        last: tuple[Mapping[str, Decimal], dict[str, Amount], bool] | None = None
+        idle: dict[str, Amount] | None = None
+        """The amounts of the idle node before, when whole numbers: `more` idle nodes of its
+        pool in a row after it are added to the sums at once, multiplied."""
+        more = 0
         for node in nodes:
             requested = node.requested
             # Each amount made compact once, and once for a run of nodes of one allocatable
@@ -247,10 +251,11 @@ class ClusterFacts:
                 last[0] is allocatable
                 or (last[0] == allocatable and list(last[0]) == list(allocatable))
             ):
-                whole = last[1]
+                whole, whole_ints = last[1], last[2]
             else:
                 whole = compact_all(allocatable)
-                last = (allocatable, whole)
+                whole_ints = all(type(a) is int for a in whole.values())
+                last = (allocatable, whole, whole_ints)
             pod_slot.append(_POD_SLOT in whole)
             self.allocatable.append(whole)
             if requested:
@@ -258,6 +263,13 @@ class ClusterFacts:
             else:  # shared by the pool's idle nodes (read-only, as every free amount here)
                 left = whole
             self.base_free.append(left)
+            if left is idle:
+                more += 1
+                continue
+            if more and idle is not None:
+                _add_times(capacity, free, idle, more)
+                more = 0
+            idle = left if not requested and whole_ints else None
             for resource, amount in whole.items():
                 capacity[resource] = capacity.get(resource, 0) + amount
                 have = left[resource]
@@ -265,6 +277,8 @@ class ClusterFacts:
                     free[resource] = free.get(resource, 0) + have
                 elif resource not in free:
                     free[resource] = 0
+        if more and idle is not None:
+            _add_times(capacity, free, idle, more)
         self.capacity, self.free = capacity, free
         self.capacity_float = {r: float(a) for r, a in capacity.items()}
         self.pod_slot = pod_slot
@@ -586,6 +600,17 @@ class ClusterFacts:
                 self.free_of, self.node_names, self.pod_slot, ordered, heaps, shape.admitted
             )
         return verdict.usage
+
+
+def _add_times(
+    capacity: dict[str, Amount], free: dict[str, Amount], idle: dict[str, Amount], times: int
+) -> None:
+    """Count `times` more idle nodes of whole `idle` amounts (whose resources the sums hold
+    already) into the cluster's sums: exactly what adding them one by one gives."""
+    for resource, amount in idle.items():
+        capacity[resource] += amount * times
+        if amount > 0:
+            free[resource] += amount * times
 
 
 def _same_items(current: list[ClusterSnapshot], known: list[ClusterSnapshot]) -> bool:
