@@ -7,7 +7,9 @@ last decision and their ranking; the next decision of that shape redoes only the
 whose snapshot was replaced, whose reservations changed (from the reservations' change log)
 or whose heartbeat age matters, so its cost follows what changed rather than the fleet size.
 Within a cluster, a gang that fit is only counted again when the nodes that held it changed
-(the shape's witness). Every verdict is the same as a fresh evaluation would give.
+(the shape's witness), and packing reads one heap per kind of pod, shared by the shapes
+(dispatcher/pod_kind_packing.py). Every verdict is the same as a fresh evaluation would give
+(tests/dispatcher/test_placement_equivalence.py compares them on random fleets).
 """
 
 from __future__ import annotations
