@@ -296,6 +296,8 @@ class ClusterFacts:
             else rejected(self.name, snapshot.unhealthyReason or "cluster reports unhealthy")
         )
         self.shapes: dict[int, _ShapeState] = {}
+        self._stale: Verdict | None = None
+        """The last "heartbeat is stale" verdict, shared by the job shapes."""
         self.packings: dict[PodKind, PodKindPacking] = {}
         """Per kind of pod, best fit's candidates on the free capacity now, kept up to date."""
         self._admitting: dict[tuple[object, ...], tuple[list[int], set[int]]] = {}
@@ -424,11 +426,14 @@ class ClusterFacts:
         if self.observed_at is not None:
             age = context.now_at - self.observed_at
             if age > context.max_age:
-                return rejected(
-                    self.name,
-                    f"heartbeat is stale ({age:.0f}s old, limit {context.max_age:.0f}s)",
-                    timed=True,
-                )
+                reason = f"heartbeat is stale ({age:.0f}s old, limit {context.max_age:.0f}s)"
+                stale = self._stale
+                # The same verdict while its words stand (they change once a second): a
+                # board judges its stale clusters again at every decision, and an unchanged
+                # verdict costs it nothing, where a new one was re-ranked for each of them.
+                if stale is None or stale.score.reason != reason:
+                    stale = self._stale = rejected(self.name, reason, timed=True)
+                return stale
         if context.reservations is None:
             version: object = 0
         else:
