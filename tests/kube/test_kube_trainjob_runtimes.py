@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -24,7 +24,6 @@ from schemas.sim_annotations import SIM_DURATION
 from schemas.status import JobPhase
 from schemas.trainer_runtimes import (
     parse_runtime,
-    reset_runtime_catalog,
     runtime_catalog,
     shipped_runtimes,
 )
@@ -48,16 +47,12 @@ def _simulated(runtime: dict[str, Any], duration: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def simulated_runtimes() -> Iterator[None]:
-    reset_runtime_catalog()
+def simulated_runtimes() -> None:
+    """The shipped runtimes replaced in this test's catalog (tests/conftest.py resets it)."""
     catalog = runtime_catalog()
     for runtime in shipped_runtimes():
         dumped = runtime.model_dump(mode="json", exclude_none=True, by_alias=True)
         catalog.add(parse_runtime(_simulated(dumped, "2s"), runtime.metadata.name))
-    try:
-        yield
-    finally:
-        reset_runtime_catalog()
 
 
 @pytest.fixture

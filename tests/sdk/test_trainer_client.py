@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from bus.memory import MemoryBus
-from schemas.trainer_runtimes import parse_runtime, reset_runtime_catalog, runtime_catalog
+from schemas.trainer_runtimes import parse_runtime, runtime_catalog
 from trainhub import TrainerClient
 from trainhub.embedded import Embedded, EmbeddedOptions
 from trainhub.settings import TrainhubSettings
@@ -19,6 +20,7 @@ from trainhub.trainer_types import (
     CustomTrainer,
     Framework,
     HuggingFaceDatasetInitializer,
+    HuggingFaceModelInitializer,
     Initializer,
     Runtime,
     Step,
@@ -27,6 +29,7 @@ from trainhub.trainer_types import (
 )
 from workers.cluster_spec import parse_cluster_spec
 
+ASSETS_RUNTIME = Path(__file__).parents[1] / "data" / "trainer" / "initializer_runtime.yaml"
 FAST = 0.1
 """Seconds between two looks at a job (upstream's default is 2)."""
 
@@ -81,10 +84,13 @@ async def _embedded(bus: MemoryBus, logs: Path) -> Embedded:
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TrainerClient]:
-    reset_runtime_catalog()
     catalog = runtime_catalog()
     catalog.add(parse_runtime(sim_runtime("sim-long", "30s")))
     catalog.add(parse_runtime(sim_runtime("sim-crash", "0.2s", exit_code=3)))
+    assets = yaml.safe_load(ASSETS_RUNTIME.read_text("utf-8"))
+    assets["kind"] = "ClusterTrainingRuntime"  # the operator's runtime, cluster-wide here
+    del assets["metadata"]["namespace"]
+    catalog.add(parse_runtime(assets))
     bus = MemoryBus()
     trainer = TrainerClient(settings=TrainhubSettings(), bus=bus)
     system = trainer.hub.run_on_loop(_embedded(bus, tmp_path))
@@ -94,7 +100,6 @@ def client(tmp_path: Path) -> Iterator[TrainerClient]:
         trainer.hub.run_on_loop(trainer.hub.aio.close())
         trainer.hub.run_on_loop(system.__aexit__(None, None, None))
         trainer.close()
-        reset_runtime_catalog()
 
 
 def train_mnist(lr: float) -> None:
@@ -166,6 +171,34 @@ def test_a_function_trains_on_torch_to_complete_with_steps_and_logs(
     with pytest.raises(RuntimeError, match="deleted"):
         client.get_job(name)
     assert client.list_jobs() == []
+
+
+def test_initializers_fetch_the_dataset_and_model_before_the_nodes(
+    client: TrainerClient,
+) -> None:
+    initializer = Initializer(
+        dataset=HuggingFaceDatasetInitializer("hf://tatsu-lab/alpaca", access_token="hf_x"),
+        model=HuggingFaceModelInitializer("hf://org/tiny-model"),
+    )
+    name = client.train(runtime=client.get_runtime("torch-with-assets"), initializer=initializer)
+    done = client.wait_for_job_status(name, timeout=60, polling_interval=FAST)
+    assert [(s.name, s.status, s.pod_name) for s in done.steps] == [
+        ("dataset-initializer", "Succeeded", f"{name}-dataset-initializer-0-0"),
+        ("model-initializer", "Succeeded", f"{name}-model-initializer-0-0"),
+        ("node-0", "Succeeded", f"{name}-node-0-0"),
+    ]
+    document = client.hub.get_job(name).spec
+    assert document is not None
+    assert document["spec"]["initializer"] == {
+        "dataset": {
+            "storageUri": "hf://tatsu-lab/alpaca",
+            "env": [{"name": "ACCESS_TOKEN", "value": "hf_x"}],
+        },
+        "model": {"storageUri": "hf://org/tiny-model"},
+    }
+    logs = client.get_job_logs(name, step="dataset-initializer")
+    assert list(logs) == ["dataset-initializer"]
+    assert f"{name}-dataset-initializer-0-0 is Succeeded" in logs["dataset-initializer"]
 
 
 def test_an_mpi_trainjob_names_its_launcher_node_0(client: TrainerClient) -> None:
