@@ -126,7 +126,7 @@ def test_runtimes_are_the_catalogs_cluster_runtimes(client: TrainerClient) -> No
 
 
 def test_a_function_trains_on_torch_to_complete_with_steps_and_logs(
-    client: TrainerClient,
+    client: TrainerClient, capsys: pytest.CaptureFixture[str]
 ) -> None:
     trainer = CustomTrainer(
         func=train_mnist,
@@ -163,6 +163,9 @@ def test_a_function_trains_on_torch_to_complete_with_steps_and_logs(
     second = client.get_job_logs(name, node_rank=1)
     assert f"{name}-node-0-1 is Running" in second["node-1"]
     assert client.get_job_logs(name, step="dataset-initializer") == {}
+    followed = client.get_job_logs(name, follow=True, node_rank=1)
+    assert followed == second
+    assert f"[node-1]: [sim] {name}-node-0-1 is Succeeded (exit code 0)" in capsys.readouterr().out
 
     assert [j.name for j in client.list_jobs()] == [name]
     assert client.list_jobs(runtime=client.get_runtime("mpi-distributed")) == []
