@@ -7,11 +7,9 @@ are packed onto concrete nodes (largest first, best fit) rather than summed.
 from __future__ import annotations
 
 import heapq
-import operator
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import InvalidOperation
-from itertools import compress, repeat
 
 from dispatcher.amounts import Amount, compact_all
 from dispatcher.demand import PodDemand, packing_order
@@ -437,25 +435,18 @@ class PackingHeap:
     ) -> PackingHeap:
         positive = demand.positive_needs
         entries: list[Entry] = []
+        last: Mapping[str, Amount] | None = None
+        last_slot = False
+        slack: Amount | None = None
         for index in candidates:
-            slack = _slack(free_of(index), positive[pod_slot[index]])
+            free, slot = free_of(index), pod_slot[index]
+            # A node pool's nodes with nothing running or reserved share one mapping of free
+            # amounts (placement's facts do): their slack is worked out once per run of them.
+            if free is not last or slot != last_slot:
+                slack = _slack(free, positive[slot])
+                last, last_slot = free, slot
             if slack is not None:
                 entries.append((slack, index, 0))
-        heapq.heapify(entries)
-        return cls(entries)
-
-    @classmethod
-    def from_columns(
-        cls, columns: Mapping[str, Sequence[Amount]], demand: PodDemand, admitted: Sequence[bool]
-    ) -> PackingHeap:
-        """The same heap as `scan`, from free amounts held per resource (see `columns_for`),
-        worked out by C-level maps instead of a loop over nodes."""
-        lefts = [
-            list(map(operator.sub, columns[r], repeat(a))) for r, a in demand.positive_needs[1]
-        ]
-        slack = list(map(min, *lefts)) if len(lefts) > 1 else lefts[0]
-        fits = map(operator.and_, admitted, map(operator.le, repeat(0), slack))
-        entries = list(compress(zip(slack, range(len(slack)), repeat(0)), fits))
         heapq.heapify(entries)
         return cls(entries)
 
@@ -493,19 +484,6 @@ class PackingHeap:
         """A token no entry has yet."""
         self._next += 1
         return self._next - 1
-
-
-def columns_for(demands: Sequence[PodDemand]) -> tuple[str, ...] | None:
-    """The resources `PackingHeap.from_columns` needs per-node columns of, or None when it
-    would not match `scan` (a pod that takes nothing, or that asks for `pods` itself)."""
-    resources: dict[str, None] = {}
-    for demand in demands:
-        positive = demand.positive_needs[0]
-        if not positive or any(r == _POD_SLOT for r, _ in positive):
-            return None
-        resources.update((r, None) for r, _ in positive)
-    resources[_POD_SLOT] = None
-    return tuple(resources)
 
 
 def best_fit_from(

@@ -27,6 +27,7 @@ COMPILED = (
     "gang_fit",
     "placement",
     "placement_cache",
+    "pod_kind_packing",
     "pod_policy",
     "port_rooms",
     "reservation_versions",

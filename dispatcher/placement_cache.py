@@ -7,14 +7,16 @@ last decision and their ranking; the next decision of that shape redoes only the
 whose snapshot was replaced, whose reservations changed (from the reservations' change log)
 or whose heartbeat age matters, so its cost follows what changed rather than the fleet size.
 Within a cluster, a gang that fit is only counted again when the nodes that held it changed
-(the shape's witness). Every verdict is the same as a fresh evaluation would give.
+(the shape's witness), and packing reads one heap per kind of pod, shared by the shapes
+(dispatcher/pod_kind_packing.py). Every verdict is the same as a fresh evaluation would give
+(tests/dispatcher/test_placement_equivalence.py compares them on random fleets).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -22,18 +24,17 @@ from dispatcher.amounts import Amount, compact, compact_all
 from dispatcher.demand import CLUSTER_SELECTOR, JobProfile, PodDemand
 from dispatcher.gang_fit import (
     NodeRoom,
-    PackingHeap,
     Usage,
     admitting_nodes,
     best_fit,
     best_fit_from,
-    columns_for,
     gang_fit,
     largest_pod,
     search_fit,
     shortage,
     surely_fits,
 )
+from dispatcher.pod_kind_packing import PodKind, PodKindPacking, pod_kind
 from dispatcher.pod_policy import policy_refusal
 from dispatcher.port_rooms import PortRooms
 from dispatcher.reservation_versions import VersionedReservations
@@ -46,7 +47,6 @@ _score = ClusterScore.__pydantic_validator__.validate_python
 """Builds a ClusterScore from a dict: the model's own validation without the Python
 `__init__` around it, a third cheaper; one is built for every cluster judged again (setting
 the fields through `object.__setattr__`, as `model_construct` does, measured no cheaper)."""
-_INFINITE = Decimal("Infinity")
 _POD_SLOT = "pods"
 _RANK_BITS = 24
 """Bits of a board key that hold the cluster's place in name order (16 million clusters)."""
@@ -138,12 +138,10 @@ class _ShapeState:
         "candidates",
         "common",
         "judged",
+        "kinds",
         "largest",
-        "log_end",
         "never",
         "now",
-        "outdated",
-        "packing",
         "scoring",
         "static_scores",
         "witness",
@@ -159,10 +157,8 @@ class _ShapeState:
         self.candidates = candidates
         """Per demand (in packing order), the indexes of the nodes admitting it."""
         self.admitted = admitted
-        self.packing: list[PackingHeap] | None = None
-        """Per demand, best fit's candidates on the free capacity now, kept up to date."""
-        self.log_end = 0
-        """Where in the cluster's node change log `packing` is up to date."""
+        self.kinds: list[PodKind] | None = None
+        """Per demand, its kind of pod (the cluster keeps one packing heap per kind)."""
         self.common = common
         """Nodes admitting every demand (when there are several)."""
         self.largest = largest
@@ -170,8 +166,6 @@ class _ShapeState:
         self.judged = False
         """Whether `never` is worked out for this snapshot."""
         self.now: Verdict | None = None
-        self.outdated: set[int] = set()
-        """Nodes whose entries in `packing` predate this snapshot."""
         self.scoring: ScoreInput | None = None
         """What the scorer reads, kept for this snapshot: a new verdict sets the free amounts."""
         self.static_scores: tuple[float | None, ...] = ()
@@ -181,23 +175,22 @@ class _ShapeState:
         reservation versions then: while those stand, the gang still fits (only capacity
         elsewhere moved), and judging it again need not count slots."""
 
-    def carried(self, outdated: Iterable[int]) -> _ShapeState:
-        """This state for the next snapshot of the same nodes: the verdicts are dropped, the
-        packing heaps move over, to be refreshed on the `outdated` nodes."""
+    def carried(self) -> _ShapeState:
+        """This state for the next snapshot of the same nodes: the verdicts are dropped."""
         moved = _ShapeState(self.candidates, self.admitted, self.common, self.largest)
-        moved.packing, moved.log_end = self.packing, self.log_end
-        moved.outdated = self.outdated.union(outdated)
-        self.packing = None
+        moved.kinds = self.kinds
         return moved
 
     @classmethod
-    def of(cls, candidates: list[list[int]], profile: JobProfile) -> _ShapeState:
+    def of(
+        cls, candidates: list[list[int]], admitted: list[set[int]], profile: JobProfile
+    ) -> _ShapeState:
         common: list[int] = []
         largest: PodDemand | None = None
         if len(candidates) > 1:
-            common = sorted(set(candidates[0]).intersection(*candidates[1:]))
+            common = sorted(admitted[0].intersection(*admitted[1:]))
             largest = largest_pod(profile.ordered)
-        return cls(candidates, [set(c) for c in candidates], common, largest)
+        return cls(candidates, admitted, common, largest)
 
 
 _UNSET = object()
@@ -240,10 +233,16 @@ class ClusterFacts:
         self.node_names = [n.name for n in nodes]
         self.node_index = {name: i for i, name in enumerate(self.node_names)}
         self.base_free: list[dict[str, Amount]] = []
+        self.allocatable: list[dict[str, Amount]] = []
+        """Per node, its allocatable amounts made compact (shared by a node pool's nodes)."""
         capacity: dict[str, Amount] = {}
         free: dict[str, Amount] = {}
         pod_slot: list[bool] = []
-        last: tuple[Mapping[str, Decimal], dict[str, Amount]] | None = None
+        last: tuple[Mapping[str, Decimal], dict[str, Amount], bool] | None = None
+        idle: dict[str, Amount] | None = None
+        """The amounts of the idle node before, when whole numbers: `more` idle nodes of its
+        pool in a row after it are added to the sums at once, multiplied."""
+        more = 0
         for node in nodes:
             requested = node.requested
             # Each amount made compact once, and once for a run of nodes of one allocatable
@@ -254,16 +253,25 @@ class ClusterFacts:
                 last[0] is allocatable
                 or (last[0] == allocatable and list(last[0]) == list(allocatable))
             ):
-                whole = last[1]
+                whole, whole_ints = last[1], last[2]
             else:
                 whole = compact_all(allocatable)
-                last = (allocatable, whole)
+                whole_ints = all(type(a) is int for a in whole.values())
+                last = (allocatable, whole, whole_ints)
             pod_slot.append(_POD_SLOT in whole)
+            self.allocatable.append(whole)
             if requested:
                 left = {r: _minus(a, requested.get(r)) for r, a in whole.items()}
-            else:
-                left = whole.copy()
+            else:  # shared by the pool's idle nodes (read-only, as every free amount here)
+                left = whole
             self.base_free.append(left)
+            if left is idle:
+                more += 1
+                continue
+            if more and idle is not None:
+                _add_times(capacity, free, idle, more)
+                more = 0
+            idle = left if not requested and whole_ints else None
             for resource, amount in whole.items():
                 capacity[resource] = capacity.get(resource, 0) + amount
                 have = left[resource]
@@ -271,6 +279,8 @@ class ClusterFacts:
                     free[resource] = free.get(resource, 0) + have
                 elif resource not in free:
                     free[resource] = 0
+        if more and idle is not None:
+            _add_times(capacity, free, idle, more)
         self.capacity, self.free = capacity, free
         self.capacity_float = {r: float(a) for r, a in capacity.items()}
         self.pod_slot = pod_slot
@@ -286,9 +296,14 @@ class ClusterFacts:
             else rejected(self.name, snapshot.unhealthyReason or "cluster reports unhealthy")
         )
         self.shapes: dict[int, _ShapeState] = {}
-        self._admitting: dict[tuple[object, ...], list[int]] = {}
+        self._stale: Verdict | None = None
+        """The last "heartbeat is stale" verdict, shared by the job shapes."""
+        self.packings: dict[PodKind, PodKindPacking] = {}
+        """Per kind of pod, best fit's candidates on the free capacity now, kept up to date."""
+        self._admitting: dict[tuple[object, ...], tuple[list[int], set[int]]] = {}
+        """Per admission key (`PodDemand.admission_key`), the nodes admitting such pods, as a
+        list and as a set: shared by every job shape with such pods."""
         self._empty_rooms: list[NodeRoom] | None = None
-        self._base_columns: dict[str, list[Amount]] = {}
         self._version: object = _UNSET
         self._reserved: Mapping[str, Mapping[str, Amount]] = {}
         self._node_versions: Mapping[str, int] = {}
@@ -301,7 +316,7 @@ class ClusterFacts:
 
     def _inherit(self, previous: ClusterFacts) -> None:
         """Keep what the previous snapshot of the same nodes had worked out per job shape:
-        which nodes admit it, and its packing heaps (refreshed where free amounts moved)."""
+        which nodes admit it, and the packing heaps (refreshed where free amounts moved)."""
         nodes, before = self.snapshot.nodes, previous.snapshot.nodes
         if self.node_names != previous.node_names or any(
             a.labels != b.labels or a.taints != b.taints for a, b in zip(nodes, before, strict=True)
@@ -313,7 +328,8 @@ class ClusterFacts:
             for i, (now, then) in enumerate(zip(self.base_free, previous.base_free, strict=True))
             if now != then
         ]
-        self.shapes = {sid: shape.carried(moved) for sid, shape in previous.shapes.items()}
+        self.shapes = {sid: shape.carried() for sid, shape in previous.shapes.items()}
+        self.packings = {kind: p.carried(moved) for kind, p in previous.packings.items()}
 
     @property
     def empty_rooms(self) -> list[NodeRoom]:
@@ -330,11 +346,12 @@ class ClusterFacts:
             return None
         return self.observed + timedelta(seconds=max_age)
 
-    def _admitting_nodes(self, demand: PodDemand) -> list[int]:
+    def _admitting_nodes(self, demand: PodDemand) -> tuple[list[int], set[int]]:
         key = demand.admission_key
         found = self._admitting.get(key)
         if found is None:
-            found = self._admitting[key] = admitting_nodes(self.snapshot.nodes, demand)
+            nodes = admitting_nodes(self.snapshot.nodes, demand)
+            found = self._admitting[key] = (nodes, set(nodes))
         return found
 
     def _shape(self, profile: JobProfile, shape_id: int) -> _ShapeState:
@@ -342,8 +359,11 @@ class ClusterFacts:
         if shape is None:
             if len(self.shapes) >= _MAX_SHAPES_PER_CLUSTER:
                 self.shapes.clear()
-            candidates = [self._admitting_nodes(d) for d in profile.ordered]
-            shape = self.shapes[shape_id] = _ShapeState.of(candidates, profile)
+                self.packings.clear()
+            admitting = [self._admitting_nodes(d) for d in profile.ordered]
+            shape = self.shapes[shape_id] = _ShapeState.of(
+                [nodes for nodes, _ in admitting], [known for _, known in admitting], profile
+            )
         if not shape.judged:
             shape.never, shape.judged = self._never(profile, shape), True
         return shape
@@ -373,8 +393,11 @@ class ClusterFacts:
             # A worker that stopped (or cannot read its cluster) reports no nodes: that says
             # nothing of the nodes a restarted worker will find, so "not now", not "never".
             return None
+        # The compact amounts: counting slots in ints, not in the snapshot's Decimals, was
+        # most of judging a cluster for a job shape the first time (once per heartbeat).
+        allocatable = self.allocatable
         fits, _, _ = surely_fits(
-            lambda i: nodes[i].allocatable,
+            lambda i: allocatable[i],
             self.pod_slot,
             profile.ordered,
             shape.candidates,
@@ -403,11 +426,14 @@ class ClusterFacts:
         if self.observed_at is not None:
             age = context.now_at - self.observed_at
             if age > context.max_age:
-                return rejected(
-                    self.name,
-                    f"heartbeat is stale ({age:.0f}s old, limit {context.max_age:.0f}s)",
-                    timed=True,
-                )
+                reason = f"heartbeat is stale ({age:.0f}s old, limit {context.max_age:.0f}s)"
+                stale = self._stale
+                # The same verdict while its words stand (they change once a second): a
+                # board judges its stale clusters again at every decision, and an unchanged
+                # verdict costs it nothing, where a new one was re-ranked for each of them.
+                if stale is None or stale.score.reason != reason:
+                    stale = self._stale = rejected(self.name, reason, timed=True)
+                return stale
         if context.reservations is None:
             version: object = 0
         else:
@@ -555,58 +581,43 @@ class ClusterFacts:
                 if isinstance(reservations, VersionedReservations)
                 else None
             )
-            changed = log.since(shape.log_end) if log is not None else None
-            if shape.packing is None or (changed is None and reservations is not None):
-                shape.packing = self._packing_heaps(ordered, shape)
-                shape.outdated = set()
-            elif changed or shape.outdated:
-                where = self.node_index
-                moved = {i for node in changed or () if (i := where.get(node)) is not None}
-                moved |= shape.outdated
-                shape.outdated = set()
-                for heap, demand, allowed in zip(
-                    shape.packing, ordered, shape.admitted, strict=True
-                ):
-                    heap.refresh(self.free_of, self.pod_slot, demand, moved & allowed)
-            if log is not None:
-                shape.log_end = log.end
+            kinds = shape.kinds
+            if kinds is None:
+                kinds = shape.kinds = [pod_kind(d) for d in ordered]
+            packings, heaps = self.packings, []
+            for demand, kind, candidates, allowed in zip(
+                ordered, kinds, shape.candidates, shape.admitted, strict=True
+            ):
+                packing = packings.get(kind)
+                if packing is None:
+                    packing = packings[kind] = PodKindPacking()
+                heaps.append(
+                    packing.current(
+                        demand,
+                        candidates,
+                        allowed,
+                        self.node_index,
+                        log,
+                        reservations is not None,
+                        self.free_of,
+                        self.pod_slot,
+                    )
+                )
             verdict.usage = best_fit_from(
-                self.free_of, self.node_names, self.pod_slot, ordered, shape.packing, shape.admitted
+                self.free_of, self.node_names, self.pod_slot, ordered, heaps, shape.admitted
             )
         return verdict.usage
 
-    def _packing_heaps(self, ordered: Sequence[PodDemand], shape: _ShapeState) -> list[PackingHeap]:
-        resources = columns_for(ordered)
-        if resources is None:
-            return [
-                PackingHeap.scan(self.free_of, self.pod_slot, demand, candidates)
-                for demand, candidates in zip(ordered, shape.candidates, strict=True)
-            ]
-        columns = {r: self._column_now(r) for r in resources}
-        count = len(self.node_names)
-        heaps = []
-        for candidates, demand in zip(shape.candidates, ordered, strict=True):
-            admitted = [False] * count
-            for index in candidates:
-                admitted[index] = True
-            heaps.append(PackingHeap.from_columns(columns, demand, admitted))
-        return heaps
 
-    def _column_now(self, resource: str) -> list[Amount]:
-        """Every node's free amount of `resource` after reservations, as a fresh list
-        (`pods`: infinite on nodes that do not count pods)."""
-        base = self._base_columns.get(resource)
-        if base is None:
-            missing: Amount = _INFINITE if resource == _POD_SLOT else 0
-            base = self._base_columns[resource] = [f.get(resource, missing) for f in self.base_free]
-        column = base.copy()
-        where = self.node_index
-        for node, held in self._reserved.items():
-            amount = held.get(resource)
-            index = where.get(node)
-            if amount and index is not None and resource in self.base_free[index]:
-                column[index] -= amount
-        return column
+def _add_times(
+    capacity: dict[str, Amount], free: dict[str, Amount], idle: dict[str, Amount], times: int
+) -> None:
+    """Count `times` more idle nodes of whole `idle` amounts (whose resources the sums hold
+    already) into the cluster's sums: exactly what adding them one by one gives."""
+    for resource, amount in idle.items():
+        capacity[resource] += amount * times
+        if amount > 0:
+            free[resource] += amount * times
 
 
 def _same_items(current: list[ClusterSnapshot], known: list[ClusterSnapshot]) -> bool:

@@ -75,6 +75,13 @@ class RuntimeCatalog:
         kind = ref.kind or "ClusterTrainingRuntime"
         return self._runtimes.get((kind, namespace if kind == "TrainingRuntime" else "", ref.name))
 
+    def runtimes(self) -> list[AnyRuntime]:
+        """Every runtime, ClusterTrainingRuntimes first, each kind by namespace and name."""
+        return [
+            self._runtimes[key]
+            for key in sorted(self._runtimes, key=lambda k: (k[0] != "ClusterTrainingRuntime", k))
+        ]
+
     def names(self) -> list[str]:
         """Every runtime by the name a runtimeRef gives (namespaced ones with namespace)."""
         return sorted(

@@ -1,7 +1,7 @@
 """trainhub: dispatch Kubeflow training jobs across Kubernetes clusters over an event bus.
 
 `TrainHubClient` (blocking) and `AsyncTrainHubClient` are the Python SDK; `TrainingClient` is
-Kubeflow's (kubeflow-training 1.9) over it."""
+Kubeflow's (kubeflow-training 1.9) over it, and `TrainerClient` Kubeflow Trainer v2's."""
 
 # The names are loaded on first use: `import trainhub` stays cheap, so the `trainhub` command
 # (trainhub.entry, inside this package) starts at once and can answer a SIGTERM cleanly.
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from trainhub.sdk_pods import JobPod, JobPodsUnknownError
     from trainhub.sdk_stream import StatusEvent
     from trainhub.sdk_view import TrainHubJob
+    from trainhub.trainer_client import TrainerClient
     from trainhub.training_client import TrainingClient
 
 _HOMES = {
@@ -44,6 +45,7 @@ _HOMES = {
     "JobPodsUnknownError": "trainhub.sdk_pods",
     "StatusEvent": "trainhub.sdk_stream",
     "TrainHubJob": "trainhub.sdk_view",
+    "TrainerClient": "trainhub.trainer_client",
     "TrainingClient": "trainhub.training_client",
 }
 
@@ -73,5 +75,6 @@ __all__ = [
     "TrainHubClient",
     "TrainHubError",
     "TrainHubJob",
+    "TrainerClient",
     "TrainingClient",
 ]
