@@ -5,7 +5,7 @@ worker accepts jobs for all); read-only nodes; and read-only pods cluster-wide, 
 node's free capacity depends on everyone's pods. With a gang scheduler, also its PodGroups in
 those namespaces and read-only PriorityClasses (they order a PodGroup's minResources). In
 direct mode, the Kubeflow jobs (kubeflow.org/v1) whose objects it makes where the cluster
-serves their CRDs (create, get, delete, and a patch of their status); in delegate mode,
+serves their CRDs (create, get, patch, delete, and a patch of their status); in delegate mode,
 those it hands the member's Training Operator, in those namespaces. `trainhub member-rbac`
 prints them for a real cluster; the sandbox creates them for its worker user."""
 
@@ -35,9 +35,10 @@ another spec, deleted with the job (found by label)."""
 _DELEGATED_JOB_VERBS = ["create", "get", "list", "watch", "patch", "delete"]
 """A delegated job's CR: created (409: read to see whose it is), watched for its status,
 patched to suspend or resume it, deleted with the job."""
-_OWNED_JOB_VERBS = ["create", "get", "delete"]
-"""A direct-mode job's own CR: created (409: read to see whose it is), deleted with the job
-(found by name or by its objects' ownerReferences: never listed)."""
+_OWNED_JOB_VERBS = ["create", "get", "patch", "delete"]
+"""A direct-mode job's own CR: created (409: read to see whose it is), its `suspend` patched
+to follow the job's, deleted with the job (found by name or by its objects'
+ownerReferences: never listed)."""
 
 
 def namespace_manifest(name: str) -> dict[str, Any]:

@@ -6,7 +6,7 @@ CRDs runs the job as before."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +135,7 @@ async def test_a_direct_pytorchjob_is_a_pytorchjobs_object_with_the_operator_s_s
     assert types.index("Created") < types.index("Running") < types.index("Succeeded"), types
     succeeded = next(c for c in written["conditions"] if c["type"] == "Succeeded")
     assert succeeded["reason"] == "PyTorchJobSucceeded", written
-    assert "own-object successfully completed" in succeeded["message"], succeeded
+    assert succeeded["message"] == "PyTorchJob own-object is successfully completed."
     assert written["replicaStatuses"]["Master"]["succeeded"] == 1
     assert written["replicaStatuses"]["Worker"]["active"] == 0
     assert written["startTime"] and written["completionTime"]
@@ -156,6 +156,49 @@ async def test_a_direct_pytorchjob_is_a_pytorchjobs_object_with_the_operator_s_s
         return found == 404 and not await job_objects(crds, "pods", uid)
 
     await _until(gone, 30, "the deleted job's object and pods to go")
+
+
+async def test_a_suspension_through_the_hub_is_the_object_s_too(
+    crd_sandbox: KubeSandbox, fleet: Fleet
+) -> None:
+    crds = crd_sandbox.clusters["crds"]
+    await _add_worker(fleet, crds, _direct(crds))
+    uid = await submit_document(fleet.bus, fleet.topics, _pytorchjob("own-paused", "300s"))
+    path = _path("PyTorchJob", "own-paused")
+
+    def phase(wanted: JobPhase) -> Callable[[], bool]:
+        return lambda: (last := fleet.last(uid)) is not None and last.phase == wanted
+
+    async def object_says(suspend: bool, condition: str) -> bool:
+        _, job = await admin_request(crds, "GET", path)
+        spec_says = (job.get("spec") or {}).get("runPolicy", {}).get("suspend") is suspend
+        return spec_says and _true(job.get("status") or {}, condition)
+
+    await fleet.wait(phase(JobPhase.RUNNING), 60, "Running")
+    await request(fleet.bus, fleet.topics, EventType.JOB_SUSPENDED, uid)
+    await fleet.wait(phase(JobPhase.SUSPENDED), 60, "Suspended")
+    await _until(lambda: object_says(True, "Suspended"), 15, "the object to say suspended")
+    assert not await job_objects(crds, "pods", uid)
+
+    await request(fleet.bus, fleet.topics, EventType.JOB_RESUMED, uid)
+    await fleet.wait(
+        lambda: JobPhase.SUSPENDED in fleet.phases(uid) and phase(JobPhase.RUNNING)(),
+        60,
+        "Running again",
+    )
+    await _until(lambda: object_says(False, "Running"), 15, "the object to say resumed")
+    _, job = await admin_request(crds, "GET", path)
+    suspended = next(c for c in job["status"]["conditions"] if c["type"] == "Suspended")
+    assert suspended["status"] == "False", job["status"]
+    for pod in await job_objects(crds, "pods", uid):
+        assert pod["metadata"]["ownerReferences"] == [_owner(job)]
+    await request(fleet.bus, fleet.topics, EventType.JOB_DELETED, uid)
+
+    async def gone() -> bool:
+        found, _ = await admin_request(crds, "GET", path)
+        return found == 404
+
+    await _until(gone, 30, "the deleted job's object to go")
 
 
 async def test_a_job_whose_name_another_object_holds_fails_and_leaves_it_be(

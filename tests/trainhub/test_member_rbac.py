@@ -144,7 +144,11 @@ def test_direct_mode_may_make_each_jobs_own_object_and_write_its_status_only() -
     kubeflow = [r for r in role["rules"] if r["apiGroups"] == ["kubeflow.org"]]
     plurals = ["pytorchjobs", "tfjobs", "xgboostjobs", "paddlejobs", "jaxjobs", "mpijobs"]
     assert kubeflow == [
-        {"apiGroups": ["kubeflow.org"], "resources": plurals, "verbs": ["create", "get", "delete"]},
+        {
+            "apiGroups": ["kubeflow.org"],
+            "resources": plurals,
+            "verbs": ["create", "get", "patch", "delete"],
+        },
         {
             "apiGroups": ["kubeflow.org"],
             "resources": [f"{p}/status" for p in plurals],

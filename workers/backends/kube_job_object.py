@@ -1,7 +1,8 @@
 """The job's own Kubeflow object on a member cluster in direct mode: where the cluster serves
 the kind's kubeflow.org CRD, the worker creates the job's CR (`runPolicy.managedBy:
 trainhub.io/dispatcher`, so a Training Operator there leaves it alone), owns the job's objects
-by it, and writes the run's status into its status subresource as the operator would."""
+by it, and writes the run's status into its status subresource (and a suspension into its
+`runPolicy.suspend`) as the operator would."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 
 from schemas.kubeflow import AnyJob
 from schemas.run_policy import TRAINHUB_MANAGER
-from schemas.status import JobStatus
+from schemas.status import ConditionType, JobStatus
 from workers.backends.delegated_kinds import DELEGATED_PLURALS, KUBEFLOW_GROUP, KUBEFLOW_VERSION
 from workers.backends.kube_capacity import job_uid_of
 from workers.backends.kube_client import KubeApi, KubeConflict, KubeError, KubeNotFound
@@ -148,6 +149,8 @@ class JobObjects:
         """job uid -> its CR, once created or found."""
         self._written: dict[str, dict[str, Any]] = {}
         """job uid -> the status body last written (unchanged ones are not sent again)."""
+        self._suspended: dict[str, bool] = {}
+        """job uid -> the object's `spec.runPolicy.suspend` as created or last patched."""
 
     def _extra(self, job_uid: str | None = None) -> dict[str, Any]:
         return {"cluster": self.cluster, "job": job_uid}
@@ -225,9 +228,11 @@ class JobObjects:
                     409,
                     "AlreadyExists",
                 ) from None
-        uid = str((found.get("metadata") or {}).get("uid") or "")
-        ref = JobObjectRef(job.kind, namespace, name, uid)
+        metadata = found.get("metadata") or {}
+        run_policy = (found.get("spec") or {}).get("runPolicy") or {}
+        ref = JobObjectRef(job.kind, namespace, name, str(metadata.get("uid") or ""))
         self._refs[job.uid] = ref
+        self._suspended[job.uid] = bool(run_policy.get("suspend"))
         return ref
 
     async def write_status(self, job: AnyJob, status: JobStatus) -> None:
@@ -235,6 +240,7 @@ class JobObjects:
         written is only logged: the run goes on, and its next change writes it whole."""
         if not self.wanted(job) or job.uid not in self._refs:
             return  # none made or found for this job (or one that is not its own)
+        await self._follow_suspension(job, status.is_true(ConditionType.SUSPENDED))
         body = status_body(status)
         if self._written.get(job.uid) == body:
             return
@@ -266,12 +272,47 @@ class JobObjects:
             return
         self._written[job.uid] = body
 
+    async def _follow_suspension(self, job: AnyJob, suspended: bool) -> None:
+        """The object's `spec.runPolicy.suspend` says what the run is (suspended or resumed
+        through the hub), as a suspension through the object would have said it."""
+        if self._suspended.get(job.uid) == suspended:
+            return
+        plural = DELEGATED_PLURALS[job.kind]
+        namespace, name = job.metadata.namespace, job.metadata.name
+        try:
+            await self.api.send(
+                "patch",
+                plural,
+                namespace,
+                self.api.custom.patch_namespaced_custom_object,
+                KUBEFLOW_GROUP,
+                KUBEFLOW_VERSION,
+                namespace,
+                plural,
+                name,
+                {"spec": {"runPolicy": {"suspend": suspended}}},
+                _content_type=_MERGE_PATCH,
+            )
+        except KubeError as error:
+            log.warning(
+                "%s %s/%s not marked suspend=%s: %s",
+                plural,
+                namespace,
+                name,
+                suspended,
+                error,
+                extra=self._extra(job.uid),
+            )
+            return
+        self._suspended[job.uid] = suspended
+
     async def delete(self, job_uid: str, found: list[JobObjectRef]) -> None:
         """Delete the job's CR: the one known, and those its objects' ownerReferences name
         (a restarted worker knows them only so)."""
         refs = {(r.kind, r.namespace, r.name): r for r in found}
         known = self._refs.pop(job_uid, None)
         self._written.pop(job_uid, None)
+        self._suspended.pop(job_uid, None)
         if known is not None:
             refs[(known.kind, known.namespace, known.name)] = known
         for ref in refs.values():
