@@ -515,7 +515,8 @@ class KubeBackend(Backend):
                 )
 
         if self.job_objects is not None:
-            # First, so that no object of the job outlives it where a garbage collector runs.
+            # The job's own object first: its garbage collector (where one runs) then takes
+            # whatever of the job is made meanwhile.
             owners = [owned_by_job_object(obj) for _, obj in targets]
             await self.job_objects.delete(job_uid, [ref for ref in owners if ref is not None])
         await asyncio.gather(*(delete(resource, obj) for resource, obj in targets))

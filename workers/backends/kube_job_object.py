@@ -147,6 +147,9 @@ class JobObjects:
         """Kinds whose kubeflow.org/v1 resource the cluster serves."""
         self._refs: dict[str, JobObjectRef] = {}
         """job uid -> its CR, once created or found."""
+        self._attempts: dict[str, int] = {}
+        """job uid -> the attempt its CR was created or found for: another attempt reads it
+        again (it may have been deleted and made anew meanwhile)."""
         self._written: dict[str, dict[str, Any]] = {}
         """job uid -> the status body last written (unchanged ones are not sent again)."""
         self._suspended: dict[str, bool] = {}
@@ -190,7 +193,7 @@ class JobObjects:
         if not self.wanted(job):
             return None
         known = self._refs.get(job.uid)
-        if known is not None:
+        if known is not None and self._attempts.get(job.uid) == attempt:
             return known
         plural = DELEGATED_PLURALS[job.kind]
         namespace, name = job.metadata.namespace, job.metadata.name
@@ -232,6 +235,7 @@ class JobObjects:
         run_policy = (found.get("spec") or {}).get("runPolicy") or {}
         ref = JobObjectRef(job.kind, namespace, name, str(metadata.get("uid") or ""))
         self._refs[job.uid] = ref
+        self._attempts[job.uid] = attempt
         self._suspended[job.uid] = bool(run_policy.get("suspend"))
         return ref
 
@@ -311,6 +315,7 @@ class JobObjects:
         (a restarted worker knows them only so)."""
         refs = {(r.kind, r.namespace, r.name): r for r in found}
         known = self._refs.pop(job_uid, None)
+        self._attempts.pop(job_uid, None)
         self._written.pop(job_uid, None)
         self._suspended.pop(job_uid, None)
         if known is not None:
