@@ -4,9 +4,10 @@ RoleBinding of an MPIJob's launcher, only in the allowed namespaces (every names
 worker accepts jobs for all); read-only nodes; and read-only pods cluster-wide, because a
 node's free capacity depends on everyone's pods. With a gang scheduler, also its PodGroups in
 those namespaces and read-only PriorityClasses (they order a PodGroup's minResources). In
-delegate mode, also the Kubeflow jobs (kubeflow.org/v1) it hands the member's Training
-Operator, in those namespaces. `trainhub member-rbac` prints them for a real cluster; the
-sandbox creates them for its worker user."""
+direct mode, the Kubeflow jobs (kubeflow.org/v1) whose objects it makes where the cluster
+serves their CRDs (create, get, patch, delete, and a patch of their status); in delegate mode,
+those it hands the member's Training Operator, in those namespaces. `trainhub member-rbac`
+prints them for a real cluster; the sandbox creates them for its worker user."""
 
 from __future__ import annotations
 
@@ -34,6 +35,10 @@ another spec, deleted with the job (found by label)."""
 _DELEGATED_JOB_VERBS = ["create", "get", "list", "watch", "patch", "delete"]
 """A delegated job's CR: created (409: read to see whose it is), watched for its status,
 patched to suspend or resume it, deleted with the job."""
+_OWNED_JOB_VERBS = ["create", "get", "patch", "delete"]
+"""A direct-mode job's own CR: created (409: read to see whose it is), its `suspend` patched
+to follow the job's, deleted with the job (found by name or by its objects'
+ownerReferences: never listed)."""
 
 
 def namespace_manifest(name: str) -> dict[str, Any]:
@@ -57,12 +62,17 @@ def worker_rbac(
     subject: Subject | None = None,
     gang_scheduler: str | None = None,
     delegation: bool = False,
+    direct: bool | None = None,
 ) -> Iterator[tuple[str, dict[str, Any]]]:
     """(collection path, object) pairs that grant the worker what it needs and no more; no
     `namespaces`: the namespaced rights in every namespace (a worker accepting all);
     `gang_scheduler` (volcano or scheduler-plugins): its PodGroups too; `delegation` (a
-    worker in delegate mode): the kubeflow.org jobs too."""
+    worker in delegate mode): the kubeflow.org jobs too; `direct` (default: not `delegation`):
+    the status of the jobs' own objects too (both: a cluster whose worker may run either)."""
     subject = subject or user(WORKER_USER)
+    rules = _namespaced_rules(
+        gang_scheduler, delegation, (not delegation) if direct is None else direct
+    )
     readers = [
         (_WORKER_NODE_ROLE, _rule("nodes", _READ)),
         (_WORKER_POD_READER_ROLE, _rule("pods", _READ)),
@@ -82,13 +92,13 @@ def worker_rbac(
         yield f"{_RBAC_PATH}/clusterrolebindings", binding
     if not namespaces:
         role = _object(_RBAC, "ClusterRole", _WORKER_ROLE)
-        role["rules"] = _namespaced_rules(gang_scheduler, delegation)
+        role["rules"] = rules
         yield f"{_RBAC_PATH}/clusterroles", role
         binding = _binding("ClusterRoleBinding", _WORKER_ROLE, None, subject)
         yield f"{_RBAC_PATH}/clusterrolebindings", binding
     for namespace in namespaces:
         role = _object(_RBAC, "Role", _WORKER_ROLE, namespace)
-        role["rules"] = _namespaced_rules(gang_scheduler, delegation)
+        role["rules"] = rules
         yield f"{_RBAC_PATH}/namespaces/{namespace}/roles", role
         binding = _binding("RoleBinding", _WORKER_ROLE, namespace, subject)
         yield f"{_RBAC_PATH}/namespaces/{namespace}/rolebindings", binding
@@ -105,7 +115,7 @@ def manifests(
 
 
 def _namespaced_rules(
-    gang_scheduler: str | None = None, delegation: bool = False
+    gang_scheduler: str | None, delegation: bool, direct: bool
 ) -> list[dict[str, Any]]:
     rules = [
         _rule("pods", _WRITE),
@@ -130,14 +140,14 @@ def _namespaced_rules(
     if gang_scheduler is not None:
         api = POD_GROUP_APIS[gang_scheduler]
         rules.append(_rule(api.plural, _POD_GROUP_VERBS, group=api.group))
-    if delegation:
-        rules.append(
-            {
-                "apiGroups": [KUBEFLOW_GROUP],
-                "resources": list(DELEGATED_PLURALS.values()),
-                "verbs": _DELEGATED_JOB_VERBS,
-            }
-        )
+    plurals = list(DELEGATED_PLURALS.values())
+    verbs = _DELEGATED_JOB_VERBS if delegation else _OWNED_JOB_VERBS
+    rules.append(_rules(plurals, verbs, group=KUBEFLOW_GROUP))
+    if direct:
+        # Direct mode writes the status of the job's own object (where the cluster serves
+        # the CRDs) as the Training Operator would.
+        status = [f"{plural}/status" for plural in plurals]
+        rules.append(_rules(status, ["patch"], group=KUBEFLOW_GROUP))
     return rules
 
 
@@ -147,7 +157,11 @@ def _object(api_version: str, kind: str, name: str, namespace: str | None = None
 
 
 def _rule(resource: str, verbs: list[str], *, group: str = "") -> dict[str, Any]:
-    return {"apiGroups": [group], "resources": [resource], "verbs": verbs}
+    return _rules([resource], verbs, group=group)
+
+
+def _rules(resources: list[str], verbs: list[str], *, group: str = "") -> dict[str, Any]:
+    return {"apiGroups": [group], "resources": resources, "verbs": verbs}
 
 
 def _binding(kind: str, role: str, namespace: str | None, subject: Subject) -> dict[str, Any]:

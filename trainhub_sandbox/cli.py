@@ -86,6 +86,15 @@ def sandbox_up_command(
             "--mode delegate`); built from its Go module on first use (minutes, then cached).",
         ),
     ] = False,
+    kubeflow_crds: Annotated[
+        bool,
+        typer.Option(
+            "--kubeflow-crds",
+            help="Every member cluster serves the Training Operator's kubeflow.org CRDs "
+            "without running it: a direct-mode worker makes each job's own object there "
+            "(`kubectl get pytorchjobs`). Taken from its Go module (cached after one build).",
+        ),
+    ] = False,
 ) -> None:
     """Start the sandbox; it keeps running until `trainhub sandbox down`."""
     from trainhub_sandbox.control import sandbox_up
@@ -104,6 +113,7 @@ def sandbox_up_command(
             brokers=brokers,
             gang_scheduler=gang_scheduler,
             training_operator=training_operator,
+            kubeflow_crds=kubeflow_crds,
         )
     except (SandboxError, OSError, ValueError) as exc:
         raise fail(str(exc)) from None
@@ -120,6 +130,8 @@ def sandbox_up_command(
         extras = [f"gang scheduler {cluster['gangScheduler']}"] if cluster["gangScheduler"] else []
         if cluster.get("trainingOperator"):
             extras.append("Training Operator")
+        elif cluster.get("kubeflowCrds"):
+            extras.append("Kubeflow CRDs")
         shown = f" ({', '.join(extras)})" if extras else ""
         console.print(f"cluster {cluster['name']}: kubeconfig {cluster['kubeconfig']}{shown}")
 

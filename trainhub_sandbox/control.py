@@ -86,6 +86,7 @@ def sandbox_up(
     brokers: int = 1,
     gang_scheduler: str | None = None,
     training_operator: bool = False,
+    kubeflow_crds: bool = False,
 ) -> SandboxState:
     """Start the broker (with a SCRAM user) and `count` member clusters; refuse if running.
 
@@ -102,7 +103,8 @@ def sandbox_up(
     scheduler with Coscheduling, and its worker identity may make PodGroups.
 
     `training_operator`: every member cluster also runs the Kubeflow Training Operator, and
-    its worker identity may hand it jobs (delegate mode)."""
+    its worker identity may hand it jobs (delegate mode). `kubeflow_crds`: only its CRDs are
+    installed (each direct-mode job gets its own object there)."""
     root = sandbox_dir()
     existing = read_state(root)
     if brokers < 1:
@@ -120,6 +122,8 @@ def sandbox_up(
         specs = [replace(spec, gang_scheduler=gang_scheduler) for spec in specs]
     if training_operator:
         specs = [replace(spec, training_operator=True) for spec in specs]
+    if kubeflow_crds:
+        specs = [replace(spec, kubeflow_crds=True) for spec in specs]
     served = list(acl_clusters) or [spec.name for spec in specs] or ["cluster-1"]
     users = role_users(served) if acls else []
     passwords = {SCRAM_USER: password, **{user.name: os.urandom(12).hex() for user in users}}
@@ -175,6 +179,7 @@ def sandbox_up(
                     "namespaces": list(cluster.worker_namespaces),
                     "gangScheduler": cluster.gang_scheduler,
                     "trainingOperator": cluster.training_operator,
+                    "kubeflowCrds": cluster.kubeflow_crds,
                 }
             )
     state = SandboxState(kafka=kafka, clusters=clusters)

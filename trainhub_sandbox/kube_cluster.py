@@ -328,7 +328,8 @@ def _start_clusters(
         raise SandboxError(f"the sandbox runs scheduler-plugins, not {', '.join(map(str, gangs))}")
     # Built (or found in the cache) before any apiserver starts: its first build takes minutes.
     plugins = build_scheduler_plugins() if gangs else None
-    wanted = any(spec.training_operator for spec in specs)
+    # Its CRDs come from the module the operator is built from (cached after a first build).
+    wanted = any(spec.serves_kubeflow_jobs for spec in specs)
     operator = build_training_operator() if wanted else None
     keys = _service_account_keys(sandbox.workdir)
     pending = [_launch_apiserver(sandbox, spec, bins, keys, deadline) for spec in specs]
@@ -480,6 +481,7 @@ def _launch_workers(
         processes=(cluster.apiserver, *schedulers, kwok),
         gang_scheduler=cluster.spec.gang_scheduler,
         training_operator=cluster.spec.training_operator,
+        kubeflow_crds=cluster.spec.serves_kubeflow_jobs,
     )
 
 
@@ -559,12 +561,13 @@ def _bootstrap(
 ) -> None:
     """Namespaces, the worker's RBAC and the fake nodes; with gangs, the PodGroup CRD (once
     established) and the second scheduler's RBAC; with the Training Operator, its CRDs (once
-    established), namespace, Secret and RBAC."""
+    established), namespace, Secret and RBAC; with only the CRDs, those."""
     delegation = spec.training_operator and operator is not None
-    if delegation:
-        assert operator is not None
+    if spec.serves_kubeflow_jobs and operator is not None:
         for crd in operator.crd_manifests():
             _install_crd(admin, crd, deadline)
+    if delegation:
+        assert operator is not None
         for path, body in operator_objects(operator):
             admin.ensure(path, body)
     gangs = spec.gang_scheduler == GANG_SCHEDULER and plugins is not None
@@ -576,8 +579,12 @@ def _bootstrap(
             admin.ensure(path, body)
     for namespace in spec.worker_namespaces:
         admin.ensure("/api/v1/namespaces", namespace_manifest(namespace))
+    # A cluster with the operator serves a worker in either mode (a fleet may mix them).
     rbac = worker_rbac(
-        spec.worker_namespaces, gang_scheduler=spec.gang_scheduler, delegation=delegation
+        spec.worker_namespaces,
+        gang_scheduler=spec.gang_scheduler,
+        delegation=delegation,
+        direct=True,
     )
     for path, body in rbac:
         admin.ensure(path, body)

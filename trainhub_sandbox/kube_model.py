@@ -59,6 +59,14 @@ class MemberClusterPlan:
     training_operator: bool = False
     """The Kubeflow Training Operator v1 runs against this cluster (its CRDs installed), and
     the worker identity may hand it jobs (`trainhub worker --mode delegate`)."""
+    kubeflow_crds: bool = False
+    """The Training Operator's kubeflow.org CRDs are installed without the operator running
+    (a direct-mode worker makes each job's own object there); implied by
+    `training_operator`."""
+
+    @property
+    def serves_kubeflow_jobs(self) -> bool:
+        return self.training_operator or self.kubeflow_crds
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> MemberClusterPlan:
@@ -78,6 +86,7 @@ class MemberClusterPlan:
             apiserver_args=extra,
             gang_scheduler=data.get("gang_scheduler"),
             training_operator=bool(data.get("training_operator", False)),
+            kubeflow_crds=bool(data.get("kubeflow_crds", False)),
         )
 
 
@@ -101,6 +110,8 @@ class MemberCluster:
     """The gang scheduler running there (`scheduler-plugins`), if any."""
     training_operator: bool = False
     """The Kubeflow Training Operator runs against it."""
+    kubeflow_crds: bool = False
+    """It serves the kubeflow.org job CRDs (with or without the operator)."""
 
 
 @dataclass

@@ -1,6 +1,6 @@
-"""Carrying out what a `JobRun` decides: the cluster's objects made and deleted (ConfigMaps,
-access objects, the PodGroup, pods with their Services), the status told, the run's next
-timer set.
+"""Carrying out what a `JobRun` decides: the cluster's objects made and deleted (the job's
+own object, ConfigMaps, access objects, the PodGroup, pods with their Services), the status
+told (and written into the job's own object), the run's next timer set.
 
 The steps of a decision are taken off it as they are done, and a job's decisions wait in a
 queue: work that a transient refusal interrupted goes on where it stopped, before that job's
@@ -66,6 +66,9 @@ class DecisionExecutor:
         self._grouped: set[str] = set()
         """Jobs whose PodGroup this executor made (or found up to date) since it last
         deleted it: their pods are created without asking again."""
+        self._owned: set[str] = set()
+        """Jobs whose own object the backend made or found (by this executor): what is made
+        for them afterwards is owned by it. An adopted run's is found at its first decision."""
         self._interrupted = asyncio.Event()
         """Set when a transient refusal leaves work in `_queued` or `_unprepared`."""
 
@@ -81,6 +84,7 @@ class DecisionExecutor:
         self._queued.pop(uid, None)
         self._unprepared.discard(uid)
         self._grouped.discard(uid)
+        self._owned.discard(uid)
 
     def holds_work(self, uid: str) -> bool:
         """Work of the job that a transient refusal interrupted is still to be done."""
@@ -99,6 +103,9 @@ class DecisionExecutor:
         decision or the catch-up loop, and is raised."""
         uid = run.job.uid
         try:
+            if uid not in self._owned:
+                await self._backend.ensure_job_object(run.job, run.attempt)
+                self._owned.add(uid)
             if uid in self._unprepared:
                 for config_map in run.rendered.config_maps:
                     await self._backend.create_config_map(uid, config_map)
@@ -216,9 +223,12 @@ class DecisionExecutor:
         self._metrics.pods_created.labels(self._cluster).inc()
 
     async def _after(self, run: JobRun, decision: Decision) -> None:
-        """Tell the hub what changed and set the run's next timer."""
+        """Tell the hub what changed, write it into the job's own object, and set the run's
+        next timer."""
         if decision.changed:
             await self._statuses.publish(run)
+        # Replica counts change without a condition: the backend sends only what differs.
+        await self._backend.write_job_status(run.job, run.status)
         if decision.unschedulable and run.pending_reason:
             await self._statuses.publish(run, UNSCHEDULABLE_REASON, run.pending_reason)
         self._arm(run)

@@ -135,3 +135,26 @@ def test_delegate_mode_adds_only_the_kubeflow_jobs_in_the_accepted_namespaces() 
             "verbs": ["create", "get", "list", "watch", "patch", "delete"],
         }
     ]
+
+
+def test_direct_mode_may_make_each_jobs_own_object_and_write_its_status_only() -> None:
+    code, objects, _ = _print("-n", "team-a")
+    assert code == 0
+    (role,) = [o for o in objects if o["kind"] == "Role"]
+    kubeflow = [r for r in role["rules"] if r["apiGroups"] == ["kubeflow.org"]]
+    plurals = ["pytorchjobs", "tfjobs", "xgboostjobs", "paddlejobs", "jaxjobs", "mpijobs"]
+    assert kubeflow == [
+        {
+            "apiGroups": ["kubeflow.org"],
+            "resources": plurals,
+            "verbs": ["create", "get", "patch", "delete"],
+        },
+        {
+            "apiGroups": ["kubeflow.org"],
+            "resources": [f"{p}/status" for p in plurals],
+            "verbs": ["patch"],
+        },
+    ]
+    # Nothing cluster-wide about them.
+    cluster_roles = [o for o in objects if o["kind"] == "ClusterRole"]
+    assert all(r["apiGroups"] != ["kubeflow.org"] for o in cluster_roles for r in o["rules"])

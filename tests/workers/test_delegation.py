@@ -12,7 +12,8 @@ from schemas.job_parsing import parse_job
 from schemas.status import JobPhase, JobStatus
 from tests.workers.job_documents import job_document, replica
 from workers.backends.delegated_kinds import TRAINING_OPERATOR
-from workers.backends.kube_delegate import KubeDelegateBackend, job_object
+from workers.backends.kube_delegate import KubeDelegateBackend
+from workers.backends.kube_job_object import job_object
 from workers.backends.registry import BackendRequest, make_backend
 from workers.cluster_spec import ClusterSpec
 from workers.delegated_status import deciding_condition, parse_status, phase_of, same_status

@@ -1,11 +1,13 @@
 """A worker with a gang scheduler, on a sim backend that records its calls: the PodGroup is made
 before the job's first pod, deleted when the job finishes or is suspended, made again before a
-resumed job's pods, and a job whose group the cluster refuses fails without a pod."""
+resumed job's pods, and a job whose group the cluster refuses fails without a pod; the job's own
+object, where the cluster has one, comes before them all."""
 
 from __future__ import annotations
 
 from schemas.events import EventType
-from schemas.status import JobPhase
+from schemas.kubeflow import AnyJob
+from schemas.status import JobPhase, JobStatus
 from tests.workers.test_worker_runtime import jax, running, sim
 from workers.backends.base import BackendError
 from workers.backends.sim import SimBackend
@@ -75,3 +77,37 @@ async def test_a_refused_group_fails_the_job_before_any_pod() -> None:
         await h.until_phase(uid, JobPhase.FAILED)
         assert "podgroups" in (h.updates(uid)[-1].message or "")
     assert calls == ["group nocrd minMember=2"]
+
+
+async def test_the_job_s_own_object_comes_before_its_group_and_pods_and_gets_each_status() -> None:
+    """Where the cluster serves the job's kind (kube_job_object.py), its object is made first
+    (so the others can be owned by it), and every status the run reaches is written into it."""
+    calls: list[str] = []
+    backend = recording(sim(), calls)
+
+    async def ensure_job_object(job: AnyJob, attempt: int) -> None:
+        calls.append(f"object {job.kind} {job.metadata.name} attempt={attempt}")
+
+    async def write_job_status(job: AnyJob, status: JobStatus) -> None:
+        # As the kube backend does, only what changed is written.
+        said = f"status {[c.type for c in status.conditions if c.status == 'True']}"
+        if said not in calls[-1:]:
+            calls.append(said)
+
+    backend.ensure_job_object = ensure_job_object  # type: ignore[method-assign]
+    backend.write_job_status = write_job_status  # type: ignore[method-assign]
+    async with running(backend) as h:
+        uid = await h.assign(jax("owned", workers=2, duration="0.3s"))
+        await h.until_phase(uid, JobPhase.SUCCEEDED)
+        await h.until(lambda: calls[-1] == "status ['Created', 'Succeeded']")
+    assert calls[:4] == [
+        "object JAXJob owned attempt=1",
+        "group owned minMember=2",
+        calls[2],
+        calls[3],
+    ]
+    assert all(c.startswith("pod owned-worker-") for c in calls[2:4])
+    statuses = [c for c in calls if c.startswith("status")]
+    assert statuses[0] == "status ['Created']"
+    assert "status ['Created', 'Running']" in statuses
+    assert calls.count("object JAXJob owned attempt=1") == 1

@@ -9,6 +9,8 @@ from typing import ClassVar, Literal
 
 from bus.retry import RetryPolicy
 from schemas.cluster import NodeSnapshot
+from schemas.kubeflow import AnyJob
+from schemas.status import JobStatus
 from workers.gang_scheduling import GangScheduling, PodGroupPlan
 from workers.network import ClusterNetwork, Network
 from workers.rendering import AccessPlan, ConfigMapPlan, PodPlan, ServicePlan
@@ -93,6 +95,14 @@ class Backend(abc.ABC):
 
     async def close(self) -> None:
         """Stop watching and release connections (pods stay where the cluster keeps them)."""
+
+    async def ensure_job_object(self, job: AnyJob, attempt: int) -> None:
+        """Create the job's own object where the cluster serves its kind (a real cluster
+        with the Kubeflow CRDs), or accept that this job's exists; the job's objects made
+        after it are owned by it. Others have no such object and ignore it."""
+
+    async def write_job_status(self, job: AnyJob, status: JobStatus) -> None:
+        """Write the run's status into the job's own object, where it has one."""
 
     async def create_config_map(self, job_uid: str, config_map: ConfigMapPlan) -> None:
         """Create, or accept that it already exists (backends without volumes ignore it)."""

@@ -3,7 +3,9 @@
 Pods and headless services (and the ConfigMaps and launcher access some kinds need, and with a
 gang scheduler the job's PodGroup) are created idempotently from their rendered manifests, our
 pods are watched (list + watch, 410 relist) into observations, and capacity is read from the
-nodes (followed by a watch) and every pod bound to them (listed for each heartbeat).
+nodes (followed by a watch) and every pod bound to them (listed for each heartbeat). Where the
+cluster serves the job's kubeflow.org kind, the job's own CR is made first and owns the rest
+(kube_job_object.py).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from bus.aiotasks import TaskOwner
+from schemas.kubeflow import AnyJob
+from schemas.status import JobStatus
 from workers.backends.base import Backend, Capacity, PodLogsUnavailable
 from workers.backends.kube_capacity import TERMINAL_PHASES, job_uid_of, node_snapshots
 from workers.backends.kube_client import (
@@ -27,6 +31,7 @@ from workers.backends.kube_client import (
     KubeRetryPolicy,
     connect,
 )
+from workers.backends.kube_job_object import JobObjects, owned_by_job_object
 from workers.backends.kube_nodes import NodeCache
 from workers.backends.kube_resources import (
     JOB_RESOURCES,
@@ -73,6 +78,9 @@ class KubeBackend(Backend):
     kind = "kube"
     keeps_pods = True
     init_containers = True
+    owns_by_job_object = True
+    """Whether each job gets its own Kubeflow object here where the cluster serves its kind
+    (direct mode); a backend that hands the object to an operator makes its own."""
 
     def __init__(
         self,
@@ -107,6 +115,8 @@ class KubeBackend(Backend):
         self._reads_all_pods: bool | None = None
         """Whether the identity may list pods cluster-wide; None until first tried."""
         self._nodes: NodeCache | None = None
+        self.job_objects: JobObjects | None = None
+        """The jobs' own Kubeflow objects, once started (None: never made)."""
 
     @property
     def api(self) -> KubeApi:
@@ -123,6 +133,8 @@ class KubeBackend(Backend):
         api_client, identity = await connect(self.kubeconfig, self.context)
         self._api = KubeApi(api_client, cluster=self.cluster, identity=identity, retry=self.retry)
         try:
+            if self.owns_by_job_object:
+                self.job_objects = await self._discover_job_objects()
             self.watches = await self._initial_watches()
             nodes = NodeCache(self.api, timeout_seconds=self.watch_timeout_seconds)
             await nodes.load()
@@ -135,6 +147,19 @@ class KubeBackend(Backend):
         self._nodes = nodes
         scopes = ", ".join(w.namespace or "all namespaces" for w in self.watches)
         log.info("watching pods in %s", scopes, extra=self._extra())
+
+    async def _discover_job_objects(self) -> JobObjects | None:
+        """The kinds whose Kubeflow CRD the cluster serves; None when it serves none (or
+        its discovery cannot be read): then nothing changes from a cluster without them."""
+        objects = JobObjects(self.api, self.cluster)
+        try:
+            await objects.discover()
+        except KubeError as error:
+            if error.transient:
+                raise
+            log.warning("no Kubeflow job objects: %s", error, extra=self._extra())
+            return None
+        return objects if objects.served else None
 
     async def _initial_watches(self) -> list[PodWatch]:
         """One cluster-wide watch when the identity may, else one per allowed namespace; each
@@ -275,6 +300,24 @@ class KubeBackend(Backend):
             job_uid, "pods", pod.namespace, pod.name, self.api.core.create_namespaced_pod, manifest
         )
 
+    # -- the job's own object -------------------------------------------------------------
+
+    async def ensure_job_object(self, job: AnyJob, attempt: int) -> None:
+        if self.job_objects is not None:
+            await self.job_objects.ensure(job, attempt)
+
+    async def write_job_status(self, job: AnyJob, status: JobStatus) -> None:
+        if self.job_objects is not None:
+            await self.job_objects.write_status(job, status)
+
+    def _owned(self, job_uid: str, manifest: dict[str, Any]) -> dict[str, Any]:
+        """The manifest with the job's CR as its controller, where the job has one."""
+        ref = self.job_objects.ref(job_uid) if self.job_objects is not None else None
+        if ref is None or not ref.uid:
+            return manifest
+        metadata = {**manifest.get("metadata", {}), "ownerReferences": [ref.owner_reference()]}
+        return {**manifest, "metadata": metadata}
+
     # -- PodGroups ------------------------------------------------------------------------
 
     @property
@@ -297,7 +340,7 @@ class KubeBackend(Backend):
                 api.version,
                 namespace,
                 api.plural,
-                group.manifest(priorities),
+                self._owned(job_uid, group.manifest(priorities)),
             )
             return
         except KubeConflict:
@@ -395,6 +438,7 @@ class KubeBackend(Backend):
         method: Callable[..., Awaitable[Any]],
         manifest: dict[str, Any],
     ) -> None:
+        manifest = self._owned(job_uid, manifest)
         try:
             await self.api.send("create", resource, namespace, method, namespace, manifest)
         except KubeConflict:
@@ -470,6 +514,11 @@ class KubeBackend(Backend):
                     job_uid, resource, str(metadata.get("namespace")), str(metadata.get("name"))
                 )
 
+        if self.job_objects is not None:
+            # The job's own object first: its garbage collector (where one runs) then takes
+            # whatever of the job is made meanwhile.
+            owners = [owned_by_job_object(obj) for _, obj in targets]
+            await self.job_objects.delete(job_uid, [ref for ref in owners if ref is not None])
         await asyncio.gather(*(delete(resource, obj) for resource, obj in targets))
         self._known.pop(job_uid, None)
         log.info("deleted %d objects", len(targets), extra=self._extra(job_uid))
@@ -552,6 +601,10 @@ class KubeBackend(Backend):
                 raise objects
             uids.update(uid for uid in map(job_uid_of, objects) if uid is not None)
         return uids
+
+    def forget_job(self, job_uid: str) -> None:
+        if self.job_objects is not None:
+            self.job_objects.forget(job_uid)
 
     async def job_pod_names(self, job_uid: str) -> list[str]:
         pods = await self._list_ours("pods", f"{LABEL_JOB_UID}={job_uid}")

@@ -10,7 +10,6 @@ object's deletion."""
 from __future__ import annotations
 
 import asyncio
-import copy
 import functools
 import logging
 from collections.abc import Mapping
@@ -27,47 +26,14 @@ from workers.backends.delegating import DelegatedStatus, DelegatingBackend
 from workers.backends.kube import MANAGED_SELECTOR, KubeBackend
 from workers.backends.kube_capacity import job_uid_of
 from workers.backends.kube_client import KubeApi, KubeConflict, KubeNotFound
+from workers.backends.kube_job_object import job_object
 from workers.backends.kube_resources import custom_object_methods
 from workers.backends.kube_watch import PodWatch
-from workers.rendering import LABEL_ATTEMPT, LABEL_JOB_UID, LABEL_MANAGED, OPERATOR_NAME
+from workers.rendering import LABEL_ATTEMPT, LABEL_JOB_UID
 
 log = logging.getLogger(__name__)
 
 _MERGE_PATCH = "application/merge-patch+json"
-
-
-def job_object(job: AnyJob, attempt: int, managed_by: str | None) -> dict[str, Any]:
-    """The object handed to the operator: the job's kind and spec, `runPolicy.managedBy` set
-    to `managed_by` (None: unset), and trainhub's labels on it and on every pod template."""
-    document = job.to_document()
-    spec: dict[str, Any] = copy.deepcopy(document["spec"])
-    run_policy = dict(spec.get("runPolicy") or {})
-    run_policy.pop("managedBy", None)
-    if managed_by is not None:
-        run_policy["managedBy"] = managed_by
-    spec["runPolicy"] = run_policy
-    labels = {
-        LABEL_MANAGED: OPERATOR_NAME,
-        LABEL_JOB_UID: job.uid,
-        LABEL_ATTEMPT: str(attempt),
-    }
-    for replica in spec[job.REPLICA_FIELD].values():
-        template = replica.setdefault("template", {})
-        metadata = template.setdefault("metadata", {})
-        metadata["labels"] = {**(metadata.get("labels") or {}), **labels}
-    metadata = {
-        "name": job.metadata.name,
-        "namespace": job.metadata.namespace,
-        "labels": {**(job.metadata.labels or {}), **labels},
-    }
-    if job.metadata.annotations:
-        metadata["annotations"] = dict(job.metadata.annotations)
-    return {
-        "apiVersion": f"{KUBEFLOW_GROUP}/{KUBEFLOW_VERSION}",
-        "kind": job.kind,
-        "metadata": metadata,
-        "spec": spec,
-    }
 
 
 def _attempt_of(obj: Mapping[str, Any]) -> int | None:
@@ -102,6 +68,8 @@ class JobObjectWatch(PodWatch):
 
 class KubeDelegateBackend(KubeBackend, DelegatingBackend):
     """A member cluster whose Training Operator runs the jobs (`--mode delegate`)."""
+
+    owns_by_job_object = False  # the object is the operator's to own the pods by
 
     def __init__(self, *args: Any, managed_by: str | None = TRAINING_OPERATOR, **kw: Any) -> None:
         """`managed_by`: the objects' `runPolicy.managedBy` (None: unset); other arguments

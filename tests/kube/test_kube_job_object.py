@@ -1,0 +1,273 @@
+"""The job's own Kubeflow object on a member cluster in direct mode: where the cluster serves
+the kubeflow.org CRDs (and no operator runs), a PyTorchJob run by trainhub's worker is a
+pytorchjobs object whose status the worker keeps as the operator would, owning its pods and
+Services; a Training Operator running there leaves that object alone; a cluster without the
+CRDs runs the job as before."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from schemas.events import EventType
+from schemas.run_policy import TRAINHUB_MANAGER
+from schemas.status import JobPhase
+from tests.kube.conftest import _BUILD_ERROR, _missing_go
+from tests.kube.sandbox_access import admin_request, job_objects, worker_backend
+from tests.kube.test_kube_delegation import (
+    Fleet,
+    _add_worker,
+    _document,
+    _path,
+    _replica,
+    _true,
+    _until,
+    fleet,
+)
+from trainhub.producer import request, submit_document
+from trainhub_sandbox.kube_build import build_kube_binaries
+from trainhub_sandbox.kube_cluster import (
+    KubeSandbox,
+    KwokNodeGroup,
+    MemberCluster,
+    MemberClusterPlan,
+    start_member_clusters,
+    stop_member_clusters,
+)
+from trainhub_sandbox.training_operator import build_training_operator
+from workers.backends.kube import KubeBackend
+from workers.rendering import LABEL_JOB_NAME, LABEL_JOB_UID, LABEL_OPERATOR
+
+pytestmark = pytest.mark.kube
+__all__ = ["fleet"]  # the fixture, shared with the delegation tests
+
+_POOL = (KwokNodeGroup(count=2, cpu="16", memory="64Gi"),)
+CRDS = MemberClusterPlan("crds", pools=_POOL, kubeflow_crds=True)
+OPS = MemberClusterPlan("ops", pools=_POOL, training_operator=True)
+PLAIN = MemberClusterPlan("plain", pools=_POOL)
+
+
+@pytest.fixture(scope="module")
+def crd_sandbox(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KubeSandbox]:
+    """crds serves the Kubeflow CRDs with no operator; ops runs the Training Operator;
+    plain has neither. Started once for the module."""
+    if _missing_go():
+        pytest.skip("the Kubernetes sandbox is built with `go`, which is not on PATH")
+    build_error = request.config.stash.get(_BUILD_ERROR, None)
+    if build_error is not None:
+        pytest.fail(f"building the sandbox binaries failed: {build_error}", pytrace=False)
+    binaries = build_kube_binaries()
+    build_training_operator()  # cached after the first build (a few minutes)
+    workdir: Path = tmp_path_factory.mktemp("crd-sandbox")
+    sandbox = start_member_clusters([CRDS, OPS, PLAIN], workdir, binaries=binaries, timeout=240)
+    try:
+        yield sandbox
+    finally:
+        stop_member_clusters(sandbox)
+
+
+def _direct(cluster: MemberCluster) -> KubeBackend:
+    return worker_backend(cluster)
+
+
+def _pytorchjob(name: str, duration: str = "2s") -> dict[str, Any]:
+    replicas = {
+        "Master": _replica("PyTorchJob", 1, duration),
+        "Worker": _replica("PyTorchJob", 1, duration),
+    }
+    return _document("PyTorchJob", name, replicas)
+
+
+def _types(status: dict[str, Any]) -> list[str]:
+    return [c["type"] for c in status.get("conditions") or []]
+
+
+async def _succeeds(fleet: Fleet, cluster: MemberCluster, name: str) -> tuple[str, KubeBackend]:
+    backend = _direct(cluster)
+    await _add_worker(fleet, cluster, backend)
+    uid = await submit_document(fleet.bus, fleet.topics, _pytorchjob(name))
+    await fleet.wait_finished([uid], 90)
+    last = fleet.last(uid)
+    assert last is not None
+    assert (last.phase, last.cluster) == (JobPhase.SUCCEEDED, cluster.name), fleet.phases(uid)
+    return uid, backend
+
+
+def _owner(job: dict[str, Any]) -> dict[str, Any]:
+    metadata = job["metadata"]
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "name": metadata["name"],
+        "uid": metadata["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+async def test_a_direct_pytorchjob_is_a_pytorchjobs_object_with_the_operator_s_status(
+    crd_sandbox: KubeSandbox, fleet: Fleet
+) -> None:
+    crds = crd_sandbox.clusters["crds"]
+    uid, backend = await _succeeds(fleet, crds, "own-object")
+    assert backend.job_objects is not None
+    assert "PyTorchJob" in backend.job_objects.served
+
+    path = _path("PyTorchJob", "own-object")
+
+    async def status_succeeded() -> bool:
+        _, job = await admin_request(crds, "GET", path)
+        return _true(job.get("status") or {}, "Succeeded")
+
+    # Written after the bus heard it: the patch follows the status published.
+    await _until(status_succeeded, 15, "the object's status to say Succeeded")
+    status, job = await admin_request(crds, "GET", path)
+    assert status == 200, job
+    assert job["spec"]["runPolicy"]["managedBy"] == TRAINHUB_MANAGER
+    assert job["metadata"]["labels"][LABEL_JOB_UID] == uid
+    written = job["status"]
+    types = _types(written)
+    assert types.index("Created") < types.index("Running") < types.index("Succeeded"), types
+    succeeded = next(c for c in written["conditions"] if c["type"] == "Succeeded")
+    assert succeeded["reason"] == "PyTorchJobSucceeded", written
+    assert succeeded["message"] == "PyTorchJob own-object is successfully completed."
+    assert written["replicaStatuses"]["Master"]["succeeded"] == 1
+    assert written["replicaStatuses"]["Worker"]["active"] == 0
+    assert written["startTime"] and written["completionTime"]
+    assert written["startTime"] <= written["completionTime"]
+
+    # Its pods and Services are owned by it, as upstream's controller sets it.
+    pods = await job_objects(crds, "pods", uid)
+    services = await job_objects(crds, "services", uid)
+    assert len(pods) == 2 and len(services) == 2
+    for obj in pods + services:
+        assert obj["metadata"]["ownerReferences"] == [_owner(job)], obj["metadata"]
+
+    # Deleting the job deletes its object, and the objects, as before.
+    await request(fleet.bus, fleet.topics, EventType.JOB_DELETED, uid)
+
+    async def gone() -> bool:
+        found, _ = await admin_request(crds, "GET", path)
+        return found == 404 and not await job_objects(crds, "pods", uid)
+
+    await _until(gone, 30, "the deleted job's object and pods to go")
+
+
+async def test_a_suspension_through_the_hub_is_the_object_s_too(
+    crd_sandbox: KubeSandbox, fleet: Fleet
+) -> None:
+    crds = crd_sandbox.clusters["crds"]
+    await _add_worker(fleet, crds, _direct(crds))
+    uid = await submit_document(fleet.bus, fleet.topics, _pytorchjob("own-paused", "300s"))
+    path = _path("PyTorchJob", "own-paused")
+
+    def phase(wanted: JobPhase) -> Callable[[], bool]:
+        return lambda: (last := fleet.last(uid)) is not None and last.phase == wanted
+
+    async def object_says(suspend: bool, condition: str) -> bool:
+        _, job = await admin_request(crds, "GET", path)
+        spec_says = (job.get("spec") or {}).get("runPolicy", {}).get("suspend") is suspend
+        return spec_says and _true(job.get("status") or {}, condition)
+
+    await fleet.wait(phase(JobPhase.RUNNING), 60, "Running")
+    await request(fleet.bus, fleet.topics, EventType.JOB_SUSPENDED, uid)
+    await fleet.wait(phase(JobPhase.SUSPENDED), 60, "Suspended")
+    await _until(lambda: object_says(True, "Suspended"), 15, "the object to say suspended")
+    assert not await job_objects(crds, "pods", uid)
+
+    await request(fleet.bus, fleet.topics, EventType.JOB_RESUMED, uid)
+    await fleet.wait(
+        lambda: JobPhase.SUSPENDED in fleet.phases(uid) and phase(JobPhase.RUNNING)(),
+        60,
+        "Running again",
+    )
+    await _until(lambda: object_says(False, "Running"), 15, "the object to say resumed")
+    _, job = await admin_request(crds, "GET", path)
+    suspended = next(c for c in job["status"]["conditions"] if c["type"] == "Suspended")
+    assert suspended["status"] == "False", job["status"]
+    for pod in await job_objects(crds, "pods", uid):
+        assert pod["metadata"]["ownerReferences"] == [_owner(job)]
+    await request(fleet.bus, fleet.topics, EventType.JOB_DELETED, uid)
+
+    async def gone() -> bool:
+        found, _ = await admin_request(crds, "GET", path)
+        return found == 404
+
+    await _until(gone, 30, "the deleted job's object to go")
+
+
+async def test_a_job_whose_name_another_object_holds_fails_and_leaves_it_be(
+    crd_sandbox: KubeSandbox, fleet: Fleet
+) -> None:
+    crds = crd_sandbox.clusters["crds"]
+    document = _pytorchjob("somebody-elses")
+    document["spec"]["runPolicy"] = {"managedBy": "example.com/other"}
+    status, theirs = await admin_request(crds, "POST", _path("PyTorchJob"), document)
+    assert status == 201, theirs
+    try:
+        await _add_worker(fleet, crds, _direct(crds))
+        uid = await submit_document(fleet.bus, fleet.topics, _pytorchjob("somebody-elses"))
+        await fleet.wait_finished([uid], 60)
+        last = fleet.last(uid)
+        assert last is not None and last.phase == JobPhase.FAILED, fleet.phases(uid)
+        assert "exists and is not this job's" in (last.message or ""), last
+        assert not await job_objects(crds, "pods", uid)
+        found, still = await admin_request(crds, "GET", _path("PyTorchJob", "somebody-elses"))
+        assert found == 200 and still["metadata"]["uid"] == theirs["metadata"]["uid"]
+        assert not still.get("status")  # nobody wrote into it
+    finally:
+        await admin_request(crds, "DELETE", _path("PyTorchJob", "somebody-elses"))
+
+
+async def test_the_member_s_operator_leaves_a_trainhub_managed_object_alone(
+    crd_sandbox: KubeSandbox, fleet: Fleet
+) -> None:
+    ops = crd_sandbox.clusters["ops"]
+    uid, _ = await _succeeds(fleet, ops, "beside-operator")
+    path = _path("PyTorchJob", "beside-operator")
+
+    async def status_succeeded() -> bool:
+        _, job = await admin_request(ops, "GET", path)
+        return _true(job.get("status") or {}, "Succeeded")
+
+    await _until(status_succeeded, 15, "the object's status to say Succeeded")
+    _, job = await admin_request(ops, "GET", path)
+    assert job["spec"]["runPolicy"]["managedBy"] == TRAINHUB_MANAGER
+    # Every pod of that job name is trainhub's: the operator made none of its own.
+    selector = f"labelSelector={LABEL_JOB_NAME.replace('/', '%2F')}%3Dbeside-operator"
+    _, pods = await admin_request(ops, "GET", f"/api/v1/namespaces/default/pods?{selector}")
+    items = pods.get("items") or []
+    assert len(items) == 2
+    assert {p["metadata"]["labels"][LABEL_OPERATOR] for p in items} == {"trainhub"}
+    assert all(p["metadata"]["ownerReferences"] == [_owner(job)] for p in items)
+    # The status is trainhub's (its reason for the job's success), not rewritten since.
+    succeeded = next(c for c in job["status"]["conditions"] if c["type"] == "Succeeded")
+    assert succeeded["reason"] == "PyTorchJobSucceeded"
+    assert job["status"]["replicaStatuses"]["Master"]["selector"].endswith(
+        "operator-name=trainhub,training.kubeflow.org/replica-type=master"
+    )
+    await request(fleet.bus, fleet.topics, EventType.JOB_DELETED, uid)
+
+    async def gone() -> bool:
+        found, _ = await admin_request(ops, "GET", path)
+        return found == 404
+
+    await _until(gone, 30, "the deleted job's object to go")
+
+
+async def test_a_cluster_without_the_crds_runs_the_job_as_before(
+    crd_sandbox: KubeSandbox, fleet: Fleet
+) -> None:
+    plain = crd_sandbox.clusters["plain"]
+    uid, backend = await _succeeds(fleet, plain, "no-crds")
+    assert backend.job_objects is None
+    status, _ = await admin_request(plain, "GET", "/apis/kubeflow.org/v1")
+    assert status == 404
+    pods = await job_objects(plain, "pods", uid)
+    assert len(pods) == 2
+    assert not any(p["metadata"].get("ownerReferences") for p in pods)

@@ -1,0 +1,346 @@
+"""The job's own Kubeflow object on a member cluster in direct mode: where the cluster serves
+the kind's kubeflow.org CRD, the worker creates the job's CR (`runPolicy.managedBy:
+trainhub.io/dispatcher`, so a Training Operator there leaves it alone), owns the job's objects
+by it, and writes the run's status into its status subresource (and a suspension into its
+`runPolicy.suspend`) as the operator would."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from schemas.kubeflow import AnyJob
+from schemas.run_policy import TRAINHUB_MANAGER
+from schemas.status import ConditionType, JobStatus
+from workers.backends.delegated_kinds import DELEGATED_PLURALS, KUBEFLOW_GROUP, KUBEFLOW_VERSION
+from workers.backends.kube_capacity import job_uid_of
+from workers.backends.kube_client import KubeApi, KubeConflict, KubeError, KubeNotFound
+from workers.rendering import LABEL_ATTEMPT, LABEL_JOB_UID, LABEL_MANAGED, OPERATOR_NAME
+
+log = logging.getLogger(__name__)
+
+API_VERSION = f"{KUBEFLOW_GROUP}/{KUBEFLOW_VERSION}"
+_MERGE_PATCH = "application/merge-patch+json"
+
+
+def job_object(job: AnyJob, attempt: int, managed_by: str | None) -> dict[str, Any]:
+    """The job's Kubeflow object: its kind and spec, `runPolicy.managedBy` set to
+    `managed_by` (None: unset), and trainhub's labels on it and on every pod template."""
+    document = job.to_document()
+    spec: dict[str, Any] = copy.deepcopy(document["spec"])
+    run_policy = dict(spec.get("runPolicy") or {})
+    run_policy.pop("managedBy", None)
+    if managed_by is not None:
+        run_policy["managedBy"] = managed_by
+    spec["runPolicy"] = run_policy
+    labels = {
+        LABEL_MANAGED: OPERATOR_NAME,
+        LABEL_JOB_UID: job.uid,
+        LABEL_ATTEMPT: str(attempt),
+    }
+    for replica in spec[job.REPLICA_FIELD].values():
+        template = replica.setdefault("template", {})
+        metadata = template.setdefault("metadata", {})
+        metadata["labels"] = {**(metadata.get("labels") or {}), **labels}
+    metadata = {
+        "name": job.metadata.name,
+        "namespace": job.metadata.namespace,
+        "labels": {**(job.metadata.labels or {}), **labels},
+    }
+    if job.metadata.annotations:
+        metadata["annotations"] = dict(job.metadata.annotations)
+    return {"apiVersion": API_VERSION, "kind": job.kind, "metadata": metadata, "spec": spec}
+
+
+def _time(moment: datetime | None) -> str | None:
+    """metav1.Time as the apiserver writes it: RFC 3339, seconds, UTC."""
+    if moment is None:
+        return None
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def status_body(status: JobStatus) -> dict[str, Any]:
+    """The run's status in the Training Operator's shape (kubeflow.org/v1 JobStatus)."""
+    conditions = []
+    for condition in status.conditions:
+        entry: dict[str, Any] = {"type": condition.type, "status": condition.status}
+        for key in ("reason", "message"):
+            value = getattr(condition, key)
+            if value is not None:
+                entry[key] = value
+        for key in ("lastUpdateTime", "lastTransitionTime"):
+            value = _time(getattr(condition, key))
+            if value is not None:
+                entry[key] = value
+        conditions.append(entry)
+    replicas = {
+        rtype: {
+            "active": counts.active,
+            "succeeded": counts.succeeded,
+            "failed": counts.failed,
+            **({"selector": counts.selector} if counts.selector else {}),
+        }
+        for rtype, counts in status.replicaStatuses.items()
+    }
+    body: dict[str, Any] = {"conditions": conditions, "replicaStatuses": replicas}
+    # Merge-patch nulls remove a time a resumed run no longer has.
+    body["startTime"] = _time(status.startTime)
+    body["completionTime"] = _time(status.completionTime)
+    return body
+
+
+@dataclass(frozen=True)
+class JobObjectRef:
+    """Where one job's CR lives, and the ownerReference that points at it."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+
+    @property
+    def plural(self) -> str:
+        return DELEGATED_PLURALS[self.kind]
+
+    def owner_reference(self) -> dict[str, Any]:
+        # As upstream's controller sets it on the pods, Services and PodGroups it makes.
+        return {
+            "apiVersion": API_VERSION,
+            "kind": self.kind,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+def owned_by_job_object(obj: Mapping[str, Any]) -> JobObjectRef | None:
+    """The Kubeflow job an object's controller ownerReference names, if any."""
+    metadata = obj.get("metadata") or {}
+    for owner in metadata.get("ownerReferences") or []:
+        if (
+            owner.get("controller")
+            and owner.get("apiVersion") == API_VERSION
+            and owner.get("kind") in DELEGATED_PLURALS
+        ):
+            return JobObjectRef(
+                str(owner["kind"]),
+                str(metadata.get("namespace")),
+                str(owner.get("name")),
+                str(owner.get("uid")),
+            )
+    return None
+
+
+class JobObjects:
+    """The CRs of one member cluster's direct-mode jobs: found served per kind at start (API
+    discovery), created idempotently, their status patched, deleted with the job."""
+
+    def __init__(self, api: KubeApi, cluster: str) -> None:
+        self.api = api
+        self.cluster = cluster
+        self.served: set[str] = set()
+        """Kinds whose kubeflow.org/v1 resource the cluster serves."""
+        self._refs: dict[str, JobObjectRef] = {}
+        """job uid -> its CR, once created or found."""
+        self._attempts: dict[str, int] = {}
+        """job uid -> the attempt its CR was created or found for: another attempt reads it
+        again (it may have been deleted and made anew meanwhile)."""
+        self._written: dict[str, dict[str, Any]] = {}
+        """job uid -> the status body last written (unchanged ones are not sent again)."""
+        self._suspended: dict[str, bool] = {}
+        """job uid -> the object's `spec.runPolicy.suspend` as created or last patched."""
+
+    def _extra(self, job_uid: str | None = None) -> dict[str, Any]:
+        return {"cluster": self.cluster, "job": job_uid}
+
+    async def discover(self) -> None:
+        """Which kinds the cluster serves: the group's resources (none when it is absent)."""
+        try:
+            reply = await self.api.call(
+                "get",
+                f"apis/{API_VERSION}",
+                None,
+                self.api.custom.get_api_resources,
+                KUBEFLOW_GROUP,
+                KUBEFLOW_VERSION,
+            )
+        except KubeNotFound:
+            self.served = set()
+            return
+        names = {str(r.get("name")) for r in reply.get("resources") or []}
+        self.served = {kind for kind, plural in DELEGATED_PLURALS.items() if plural in names}
+        if self.served:
+            log.info(
+                "each job of %s gets its kubeflow.org object here",
+                ", ".join(sorted(self.served)),
+                extra=self._extra(),
+            )
+
+    def wanted(self, job: AnyJob) -> bool:
+        return job.kind in self.served and job.API_VERSION == API_VERSION
+
+    def ref(self, job_uid: str) -> JobObjectRef | None:
+        return self._refs.get(job_uid)
+
+    async def ensure(self, job: AnyJob, attempt: int) -> JobObjectRef | None:
+        """The job's CR, created or found (this job's, by its uid label); None for a kind
+        the cluster does not serve. One of that name that is not this job's is refused."""
+        if not self.wanted(job):
+            return None
+        known = self._refs.get(job.uid)
+        if known is not None and self._attempts.get(job.uid) == attempt:
+            return known
+        plural = DELEGATED_PLURALS[job.kind]
+        namespace, name = job.metadata.namespace, job.metadata.name
+        custom = self.api.custom
+        try:
+            found = await self.api.call(
+                "create",
+                plural,
+                namespace,
+                custom.create_namespaced_custom_object,
+                KUBEFLOW_GROUP,
+                KUBEFLOW_VERSION,
+                namespace,
+                plural,
+                job_object(job, attempt, TRAINHUB_MANAGER),
+            )
+        except KubeConflict:
+            found = await self.api.call(
+                "get",
+                plural,
+                namespace,
+                custom.get_namespaced_custom_object,
+                KUBEFLOW_GROUP,
+                KUBEFLOW_VERSION,
+                namespace,
+                plural,
+                name,
+            )
+            owner = job_uid_of(found)
+            if owner != job.uid:
+                whose = f"job uid {owner}" if owner else "not trainhub's"
+                raise KubeConflict(
+                    f"{plural} {namespace}/{name} exists and is not this job's ({whose}): "
+                    "trainhub does not adopt it; delete it or rename the job",
+                    409,
+                    "AlreadyExists",
+                ) from None
+        metadata = found.get("metadata") or {}
+        run_policy = (found.get("spec") or {}).get("runPolicy") or {}
+        ref = JobObjectRef(job.kind, namespace, name, str(metadata.get("uid") or ""))
+        self._refs[job.uid] = ref
+        self._attempts[job.uid] = attempt
+        self._suspended[job.uid] = bool(run_policy.get("suspend"))
+        return ref
+
+    async def write_status(self, job: AnyJob, status: JobStatus) -> None:
+        """Merge-patch the CR's status subresource with the run's, when it changed. Not
+        written is only logged: the run goes on, and its next change writes it whole."""
+        if not self.wanted(job) or job.uid not in self._refs:
+            return  # none made or found for this job (or one that is not its own)
+        await self._follow_suspension(job, status.is_true(ConditionType.SUSPENDED))
+        body = status_body(status)
+        if self._written.get(job.uid) == body:
+            return
+        plural = DELEGATED_PLURALS[job.kind]
+        namespace, name = job.metadata.namespace, job.metadata.name
+        try:
+            await self.api.send(
+                "patch",
+                f"{plural}/status",
+                namespace,
+                self.api.custom.patch_namespaced_custom_object_status,
+                KUBEFLOW_GROUP,
+                KUBEFLOW_VERSION,
+                namespace,
+                plural,
+                name,
+                {"status": body},
+                _content_type=_MERGE_PATCH,
+            )
+        except KubeError as error:
+            log.warning(
+                "status of %s %s/%s not written: %s",
+                plural,
+                namespace,
+                name,
+                error,
+                extra=self._extra(job.uid),
+            )
+            return
+        self._written[job.uid] = body
+
+    async def _follow_suspension(self, job: AnyJob, suspended: bool) -> None:
+        """The object's `spec.runPolicy.suspend` says what the run is (suspended or resumed
+        through the hub), as a suspension through the object would have said it."""
+        if self._suspended.get(job.uid) == suspended:
+            return
+        plural = DELEGATED_PLURALS[job.kind]
+        namespace, name = job.metadata.namespace, job.metadata.name
+        try:
+            await self.api.send(
+                "patch",
+                plural,
+                namespace,
+                self.api.custom.patch_namespaced_custom_object,
+                KUBEFLOW_GROUP,
+                KUBEFLOW_VERSION,
+                namespace,
+                plural,
+                name,
+                {"spec": {"runPolicy": {"suspend": suspended}}},
+                _content_type=_MERGE_PATCH,
+            )
+        except KubeError as error:
+            log.warning(
+                "%s %s/%s not marked suspend=%s: %s",
+                plural,
+                namespace,
+                name,
+                suspended,
+                error,
+                extra=self._extra(job.uid),
+            )
+            return
+        self._suspended[job.uid] = suspended
+
+    async def delete(self, job_uid: str, found: list[JobObjectRef]) -> None:
+        """Delete the job's CR: the one known, and those its objects' ownerReferences name
+        (a restarted worker knows them only so)."""
+        refs = {(r.kind, r.namespace, r.name): r for r in found}
+        known = self._refs.pop(job_uid, None)
+        self._attempts.pop(job_uid, None)
+        self._written.pop(job_uid, None)
+        self._suspended.pop(job_uid, None)
+        if known is not None:
+            refs[(known.kind, known.namespace, known.name)] = known
+        for ref in refs.values():
+            try:
+                await self.api.call(
+                    "delete",
+                    ref.plural,
+                    ref.namespace,
+                    self.api.custom.delete_namespaced_custom_object,
+                    KUBEFLOW_GROUP,
+                    KUBEFLOW_VERSION,
+                    ref.namespace,
+                    ref.plural,
+                    ref.name,
+                    propagation_policy="Background",
+                )
+            except KubeNotFound:
+                continue
+            log.info(
+                "deleted %s %s/%s", ref.plural, ref.namespace, ref.name, extra=self._extra(job_uid)
+            )
+
+    def forget(self, job_uid: str) -> None:
+        """The run left the worker: its status is written no more. Where its CR is stays
+        known, for a revocation that comes later (its pods may all be gone by then)."""
+        self._written.pop(job_uid, None)
