@@ -11,7 +11,7 @@ import copy
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,7 +64,7 @@ VOLATILE_METADATA = (
 ALLOWED: dict[str, str] = {
     "ownerReferences": "trainhub makes no job object on a member cluster (issue 28 item 2), "
     "so nothing owns its objects",
-    f"label {LABEL_OPERATOR}": "names the controller: `training-operator` upstream, "
+    f"label {LABEL_OPERATOR}": "names the controller: `<kind>-controller` upstream (`pytorchjob-controller`...), "
     "`trainhub` for trainhub",
     "label app.kubernetes.io/managed-by": "trainhub marks what it made, to list and delete "
     "only its own objects with a least-privilege identity",
@@ -78,6 +78,9 @@ ALLOWED: dict[str, str] = {
     "pod spec.nodeName": "which node kube-scheduler picked (each cluster schedules its own)",
     "kube-api-access-* volume names": "the apiserver's ServiceAccount admission names the "
     "token volume with a random suffix",
+    "the template's own env after the injected": "trainhub lists the variables it injects "
+    "before the template's (upstream appends them after), so that the template's can refer to "
+    "them as $(NAME); the comparison moves the template's names back to the front",
 }
 """Every difference the comparison passes over; each is in the README's conformance section."""
 
@@ -88,8 +91,9 @@ def _without_trainhub_keys(mapping: dict[str, str] | None) -> dict[str, str]:
     return {k: v for k, v in (mapping or {}).items() if not k.startswith("trainhub.io/")}
 
 
-def normalized(obj: dict[str, Any]) -> dict[str, Any]:
-    """The object less what `VOLATILE_METADATA` and `ALLOWED` name, the same for both sides."""
+def normalized(obj: dict[str, Any], user_env: Collection[str] = ()) -> dict[str, Any]:
+    """The object less what `VOLATILE_METADATA` and `ALLOWED` name, the same for both sides;
+    `user_env`: on trainhub's side, the template's own variable names, put back first."""
     obj = copy.deepcopy(obj)
     obj.pop("status", None)
     metadata = obj.setdefault("metadata", {})
@@ -99,6 +103,9 @@ def normalized(obj: dict[str, Any]) -> dict[str, Any]:
     labels.pop("app.kubernetes.io/managed-by", None)
     if LABEL_OPERATOR in labels:
         labels[LABEL_OPERATOR] = "<operator>"
+    selector = (obj.get("spec") or {}).get("selector")
+    if obj.get("kind") == "Service" and LABEL_OPERATOR in (selector or {}):
+        selector[LABEL_OPERATOR] = "<operator>"
     metadata["labels"] = labels
     annotations = _without_trainhub_keys(metadata.get("annotations"))
     annotations.pop("kubectl.kubernetes.io/default-container", None)
@@ -114,6 +121,11 @@ def normalized(obj: dict[str, Any]) -> dict[str, Any]:
             if _KUBE_API_ACCESS.match(volume.get("name", "")):
                 volume["name"] = "kube-api-access-<random>"
         for container in [*(spec.get("initContainers") or []), *spec.get("containers", [])]:
+            if container.get("env"):
+                env = container["env"]
+                container["env"] = [e for e in env if e["name"] in user_env] + [
+                    e for e in env if e["name"] not in user_env
+                ]
             for mount in container.get("volumeMounts") or []:
                 if _KUBE_API_ACCESS.match(mount.get("name", "")):
                     mount["name"] = "kube-api-access-<random>"
@@ -187,6 +199,7 @@ def _replica(
     *,
     annotations: dict[str, str] | None = None,
     command: list[str] | None = None,
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """A replica whose pods KWOK keeps Running (no sim annotation) until deleted."""
     container: dict[str, Any] = {
@@ -198,6 +211,8 @@ def _replica(
         },
         "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
     }
+    if env is not None:
+        container["env"] = [{"name": k, "value": v} for k, v in env.items()]
     if command is not None:
         container["command"] = command
         container["args"] = ["--epochs", "3"]
@@ -225,14 +240,15 @@ def _document(
 
 
 TRAIN = ["python", "-u", "train.py"]
+USER_ENV = {"LOG_LEVEL": "debug", "DATA_DIR": "/scratch"}
 
 DOCUMENTS: dict[str, dict[str, Any]] = {
     "pytorch": _document(
         "PyTorchJob",
         "c-pytorch",
         {
-            "Master": _replica("PyTorchJob", 1, command=TRAIN),
-            "Worker": _replica("PyTorchJob", 2, "OnFailure", command=TRAIN),
+            "Master": _replica("PyTorchJob", 1, command=TRAIN, env=USER_ENV),
+            "Worker": _replica("PyTorchJob", 2, "OnFailure", command=TRAIN, env=USER_ENV),
         },
         nprocPerNode="2",
     ),
@@ -395,7 +411,22 @@ async def _running(cluster: MemberCluster, document: dict[str, Any]) -> bool:
     )
 
 
-def _report(case: str, upstream: dict[str, dict[str, Any]], ours: dict[str, dict[str, Any]]) -> str:
+def _user_env(document: dict[str, Any]) -> set[str]:
+    replicas = document["spec"][KINDS[document["kind"]][0]].values()
+    return {
+        e["name"]
+        for r in replicas
+        for c in r["template"]["spec"]["containers"]
+        for e in c.get("env") or []
+    }
+
+
+def _report(
+    case: str,
+    upstream: dict[str, dict[str, Any]],
+    ours: dict[str, dict[str, Any]],
+    user_env: Collection[str],
+) -> str:
     lines = []
     for key in sorted(upstream.keys() | ours.keys()):
         if key not in ours:
@@ -403,7 +434,7 @@ def _report(case: str, upstream: dict[str, dict[str, Any]], ours: dict[str, dict
         elif key not in upstream:
             lines.append(f"{key}: made by trainhub only")
         else:
-            diff = differences(normalized(upstream[key]), normalized(ours[key]))
+            diff = differences(normalized(upstream[key]), normalized(ours[key], user_env))
             if diff:
                 lines.append(f"{key}:")
                 lines.extend(diff)
@@ -438,7 +469,7 @@ async def test_every_kind_makes_the_same_objects_as_the_training_operator(
         theirs = await _objects(upstream, document)
         ours = await _objects(direct, document)
         assert theirs, f"{case}: upstream made nothing"
-        report = _report(case, theirs, ours)
+        report = _report(case, theirs, ours, _user_env(document))
         if report != f"{case}: ":
             reports.append(report)
     assert not reports, "differences from the Training Operator:\n" + "\n".join(reports)
