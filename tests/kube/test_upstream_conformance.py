@@ -64,8 +64,8 @@ VOLATILE_METADATA = (
 ALLOWED: dict[str, str] = {
     "ownerReferences": "trainhub makes no job object on a member cluster (issue 28 item 2), "
     "so nothing owns its objects",
-    f"label {LABEL_OPERATOR}": "names the controller: `<kind>-controller` upstream (`pytorchjob-controller`...), "
-    "`trainhub` for trainhub",
+    f"label and Service selector {LABEL_OPERATOR}": "names the controller: "
+    "`<kind>-controller` upstream (`pytorchjob-controller`...), `trainhub` for trainhub",
     "label app.kubernetes.io/managed-by": "trainhub marks what it made, to list and delete "
     "only its own objects with a least-privilege identity",
     "trainhub.io/* labels and annotations": "trainhub's bookkeeping (job uid, attempt, gang "
