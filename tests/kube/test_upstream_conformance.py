@@ -104,7 +104,7 @@ def normalized(obj: dict[str, Any], user_env: Collection[str] = ()) -> dict[str,
     if LABEL_OPERATOR in labels:
         labels[LABEL_OPERATOR] = "<operator>"
     selector = (obj.get("spec") or {}).get("selector")
-    if obj.get("kind") == "Service" and LABEL_OPERATOR in (selector or {}):
+    if obj.get("kind") == "Service" and selector is not None and LABEL_OPERATOR in selector:
         selector[LABEL_OPERATOR] = "<operator>"
     metadata["labels"] = labels
     annotations = _without_trainhub_keys(metadata.get("annotations"))
@@ -164,7 +164,7 @@ def differences(upstream: dict[str, Any], trainhub: dict[str, Any]) -> list[str]
 
 
 def test_the_comparison_passes_the_allowed_and_names_every_other_difference() -> None:
-    base = {
+    base: dict[str, Any] = {
         "kind": "Pod",
         "metadata": {"name": "p", "labels": {LABEL_OPERATOR: "training-operator"}},
         "spec": {"containers": [{"name": "c", "env": [{"name": "A", "value": "1"}]}]},
