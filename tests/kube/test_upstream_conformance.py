@@ -24,6 +24,7 @@ from bus.memory import MemoryBus
 from bus.topics import Topics
 from dispatcher.hub import Hub, HubConfig
 from schemas.events import JobStatusUpdate
+from schemas.sim_annotations import SIM_DURATION, SIM_EXIT_CODE
 from tests.kube.conftest import _BUILD_ERROR, _missing_go
 from tests.kube.sandbox_access import admin_request, worker_backend
 from trainhub.producer import follow_status, submit_document
@@ -473,3 +474,156 @@ async def test_every_kind_makes_the_same_objects_as_the_training_operator(
         if report != f"{case}: ":
             reports.append(report)
     assert not reports, "differences from the Training Operator:\n" + "\n".join(reports)
+
+
+# -- status conditions over a job's life ------------------------------------------------------
+
+
+def _scripted(
+    kind: str,
+    replicas: int,
+    restart_policy: str,
+    duration: str,
+    exit_code: int | None = None,
+) -> dict[str, Any]:
+    annotations = {SIM_DURATION: duration}
+    if exit_code is not None:
+        annotations[SIM_EXIT_CODE] = str(exit_code)
+    return _replica(kind, replicas, restart_policy, annotations=annotations)
+
+
+LIVES: dict[str, dict[str, Any]] = {
+    "success": _document(
+        "PyTorchJob",
+        "l-success",
+        {
+            "Master": _scripted("PyTorchJob", 1, "OnFailure", "2s"),
+            "Worker": _scripted("PyTorchJob", 1, "OnFailure", "2s"),
+        },
+    ),
+    "never-exit-1": _document(
+        "JAXJob", "l-never", {"Worker": _scripted("JAXJob", 2, "Never", "1s", exit_code=1)}
+    ),
+    "exitcode-exit-3": _document(
+        "TFJob", "l-permanent", {"Worker": _scripted("TFJob", 2, "ExitCode", "1s", exit_code=3)}
+    ),
+    "onfailure-exit-1": _document(
+        "XGBoostJob",
+        "l-onfailure",
+        {"Master": _scripted("XGBoostJob", 1, "OnFailure", "1s", exit_code=1)},
+        runPolicy={"backoffLimit": 1},
+    ),
+    "exitcode-exit-137": _document(
+        "PyTorchJob",
+        "l-killed",
+        {
+            "Master": _scripted("PyTorchJob", 1, "ExitCode", "1s", exit_code=137),
+            "Worker": _scripted("PyTorchJob", 1, "ExitCode", "30s"),
+        },
+        runPolicy={"backoffLimit": 1},
+    ),
+}
+"""Each ends by its kind's rule within seconds on both sides, but for the two whose pods
+restart: upstream recreates them for ever (see `UPSTREAM_NEVER_FAILS`)."""
+
+UPSTREAM_NEVER_FAILS = {"exitcode-exit-137": "l-killed-master-0"}
+"""trainhub's deliberate fix: upstream reads the backoff limit off the containers'
+restartCount, which the pod it recreates for a retryable ExitCode starts again at 0, so it
+restarts such a job for ever (its Running condition back each time); trainhub counts every
+restart and fails the job past `backoffLimit` ("reached the specified backoff limit").
+The value: the pod upstream keeps recreating."""
+
+
+def _conditions(status: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    return [
+        (c["type"], c["status"], c.get("reason") or "", c.get("message") or "")
+        for c in status.get("conditions") or []
+    ]
+
+
+def _replica_counts(status: dict[str, Any]) -> dict[str, tuple[int, int, int]]:
+    return {
+        rtype: (r.get("active", 0), r.get("succeeded", 0), r.get("failed", 0))
+        for rtype, r in (status.get("replicaStatuses") or {}).items()
+    }
+
+
+async def test_status_conditions_over_a_job_s_life_match_the_training_operator(
+    conformance_sandbox: KubeSandbox, direct_mode: DirectMode
+) -> None:
+    upstream = conformance_sandbox.clusters["upstream"]
+    uids = {}
+    for case, document in LIVES.items():
+        plural = DELEGATED_PLURALS[document["kind"]]
+        path = f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/{plural}"
+        status, reply = await admin_request(upstream, "POST", path, document)
+        assert status == 201, reply
+        uids[case] = await direct_mode.submit(document)
+
+    def ours(case: str) -> dict[str, Any]:
+        published = [u for u in direct_mode.updates.get(uids[case], []) if u.status is not None]
+        if not published:
+            return {}
+        return published[-1].status.model_dump(mode="json", exclude_none=True)  # type: ignore[union-attr]
+
+    async def theirs(case: str) -> dict[str, Any]:
+        document = LIVES[case]
+        plural = DELEGATED_PLURALS[document["kind"]]
+        name = document["metadata"]["name"]
+        path = f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/{plural}/{name}"
+        _, job = await admin_request(upstream, "GET", path)
+        return dict(job.get("status") or {})
+
+    def ended(status: dict[str, Any]) -> bool:
+        return any(c[0] in ("Succeeded", "Failed") and c[1] == "True" for c in _conditions(status))
+
+    recreated: dict[str, set[str]] = {case: set() for case in UPSTREAM_NEVER_FAILS}
+
+    async def settled() -> bool:
+        for case, pod in UPSTREAM_NEVER_FAILS.items():
+            code, found = await admin_request(
+                upstream, "GET", f"/api/v1/namespaces/{NAMESPACE}/pods/{pod}"
+            )
+            if code == 200:
+                recreated[case].add(found["metadata"]["uid"])
+        for case in LIVES:
+            if not ended(ours(case)):
+                return False
+            if case in UPSTREAM_NEVER_FAILS:
+                # More pods than backoffLimit + 1 allows, and still not failed.
+                if len(recreated[case]) < 3:
+                    return False
+            elif not ended(await theirs(case)):
+                return False
+        return True
+
+    try:
+        await _until(settled, 90, "every job to end on both sides")
+    except AssertionError as error:
+        seen = {c: (_conditions(await theirs(c)), _conditions(ours(c))) for c in LIVES}
+        raise AssertionError(f"{error}; (upstream, trainhub) conditions: {seen}") from None
+    await asyncio.sleep(2.0)  # upstream's last replica counts follow its last condition
+    reports = []
+    for case, document in LIVES.items():
+        kind = document["kind"]
+        upstream_status, our_status = await theirs(case), ours(case)
+        theirs_conditions, ours_conditions = _conditions(upstream_status), _conditions(our_status)
+        if case in UPSTREAM_NEVER_FAILS:
+            # The fix named above: upstream is still restarting, trainhub failed the job.
+            assert not ended(upstream_status), (case, theirs_conditions)
+            assert ours_conditions[-1][:3] == ("Failed", "True", f"{kind}Failed"), ours_conditions
+            assert "backoff limit" in ours_conditions[-1][3], ours_conditions
+            continue
+        # Messages differ by design: trainhub's name the failing pod and its exit code.
+        theirs_conditions = [c[:3] for c in theirs_conditions]  # type: ignore[misc]
+        ours_conditions = [c[:3] for c in ours_conditions]  # type: ignore[misc]
+        if theirs_conditions != ours_conditions:
+            reports.append(
+                f"{case} conditions:\n  upstream={theirs_conditions}\n  trainhub={ours_conditions}"
+            )
+        counts = (_replica_counts(upstream_status), _replica_counts(our_status))
+        if counts[0] != counts[1]:
+            reports.append(
+                f"{case} replicaStatuses:\n  upstream={counts[0]}\n  trainhub={counts[1]}"
+            )
+    assert not reports, "status differences from the Training Operator:\n" + "\n".join(reports)
