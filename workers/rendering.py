@@ -220,23 +220,26 @@ class RenderedJob:
         return next((p for p in self.pods if p.name == name), None)
 
 
+def _own_labels(job: AnyJob, attempt: int) -> dict[str, str]:
+    """trainhub's bookkeeping, by which a worker lists and deletes what it made."""
+    return {LABEL_JOB_UID: job.uid, LABEL_ATTEMPT: str(attempt), LABEL_MANAGED: OPERATOR_NAME}
+
+
 def _job_labels(job: AnyJob, attempt: int) -> dict[str, str]:
     return {
         LABEL_JOB_NAME: job.metadata.name,
         LABEL_OPERATOR: OPERATOR_NAME,
-        LABEL_JOB_UID: job.uid,
-        LABEL_ATTEMPT: str(attempt),
-        LABEL_MANAGED: OPERATOR_NAME,
+        **_own_labels(job, attempt),
     }
 
 
-def _labels(job: AnyJob, rtype: str, index: int, attempt: int) -> dict[str, str]:
-    return {
-        LABEL_JOB_NAME: job.metadata.name,
-        LABEL_REPLICA_TYPE: rtype.lower(),
-        LABEL_REPLICA_INDEX: str(index),
-        **_job_labels(job, attempt),
-    }
+def _labels(
+    job: AnyJob, rtype: str, index: int, attempt: int, *, with_index: bool = True
+) -> dict[str, str]:
+    labels = {LABEL_JOB_NAME: job.metadata.name, LABEL_REPLICA_TYPE: rtype.lower()}
+    if with_index:
+        labels[LABEL_REPLICA_INDEX] = str(index)
+    return labels | _job_labels(job, attempt)
 
 
 def _with_environment(container: Container, injected: list[EnvVar]) -> Container:
@@ -292,7 +295,11 @@ def _pod_plan(
 ) -> PodPlan:
     template = job.replica_specs[rtype].template
     namespace = job.metadata.namespace
-    labels = {**(template.metadata.labels or {}), **_labels(job, rtype, index, attempt)}
+    with_index = adapter.labels_index(job, rtype)
+    labels = {
+        **(template.metadata.labels or {}),
+        **_labels(job, rtype, index, attempt, with_index=with_index),
+    }
     if adapter.is_master(job, rtype, index):
         labels[LABEL_JOB_ROLE] = "master"
     env = adapter.environment(job, rtype, index, net)
@@ -335,13 +342,17 @@ def _pod_plan(
 
 
 def _service_plan(pod: PodPlan) -> ServicePlan:
-    """Headless, selecting exactly its pod, publishing the main container's named ports."""
-    selector = {k: pod.labels[k] for k in (LABEL_JOB_NAME, LABEL_REPLICA_TYPE, LABEL_REPLICA_INDEX)}
+    """Headless, selecting exactly its pod, publishing the main container's named ports.
+    As upstream's: labelled with its selector only (not the template's labels), plus
+    trainhub's own."""
+    keys = (LABEL_OPERATOR, LABEL_JOB_NAME, LABEL_REPLICA_TYPE, LABEL_REPLICA_INDEX)
+    selector = {k: pod.labels[k] for k in keys}
     ports = [(p.name, p.containerPort) for p in pod.main_container.ports or [] if p.name]
+    own = (LABEL_JOB_UID, LABEL_ATTEMPT, LABEL_MANAGED)
     return ServicePlan(
         name=pod.name,
         namespace=pod.namespace,
-        labels={k: v for k, v in pod.labels.items() if k != LABEL_JOB_ROLE},
+        labels=selector | {k: pod.labels[k] for k in own},
         selector=selector,
         ports=ports,
     )
@@ -355,7 +366,7 @@ def config_map_plans(
         ConfigMapPlan(
             name=config.name,
             namespace=job.metadata.namespace,
-            labels={**config.labels, **_job_labels(job, attempt)},
+            labels={**config.labels, **_own_labels(job, attempt)},
             data=config.data,
         )
         for config in adapter_for(job.kind).config_maps(job, running)
@@ -386,7 +397,7 @@ def render_job(
                 name=access.name,
                 namespace=job.metadata.namespace,
                 service_account=access.service_account,
-                labels={**access.labels, **_job_labels(job, attempt)},
+                labels={**access.labels, **_own_labels(job, attempt)},
                 rules=access.rules,
             )
         )

@@ -51,9 +51,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     timeout, which would otherwise count it against the first kube test's setup."""
     used = [set(getattr(item, "fixturenames", ())) for item in session.items]
     sandboxes = {"kube_sandbox", "fleet_sandbox", "gang_sandbox", "operator_sandbox"}
+    sandboxes.add("conformance_sandbox")
     wanted = any(sandboxes & names for names in used)
     gangs = any("gang_sandbox" in names for names in used)
-    operators = any("operator_sandbox" in names for names in used)
+    operators = any(names & {"operator_sandbox", "conformance_sandbox"} for names in used)
     if not wanted or session.config.option.collectonly or _missing_go():
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")

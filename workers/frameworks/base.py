@@ -118,6 +118,11 @@ class FrameworkAdapter(abc.ABC):
         """The pod's name, which is also its Service's name where the kind creates Services."""
         return service_name(job, rtype, index)
 
+    def labels_index(self, job: AnyJob, rtype: str) -> bool:
+        """Whether the replica's pods carry the replica-index label (upstream's do, but for
+        the one MPI launcher)."""
+        return True
+
     def main_container(self, job: AnyJob, rtype: str) -> str:
         """The container whose ports are published and whose exit code decides restarts."""
         names = [c.name for c in job.replica_specs[rtype].template.spec.containers]

@@ -79,6 +79,9 @@ class MPIAdapter(FrameworkAdapter):
             return launcher_name(job)
         return f"{job.metadata.name}-worker-{index}"
 
+    def labels_index(self, job: AnyJob, rtype: str) -> bool:
+        return rtype != "Launcher"
+
     def main_container(self, job: AnyJob, rtype: str) -> str:
         names = [c.name for c in job.replica_specs[rtype].template.spec.containers]
         main = _mpi(job).spec.mainContainer
