@@ -11,6 +11,7 @@ import pytest
 
 from bus.kafka_settings import KafkaSettings
 from bus.topics import Topics
+from schemas.cluster import ClusterSnapshot
 from schemas.status import JobPhase
 from tests.helpers import jax_job
 from tests.kafka.processes import Process
@@ -23,6 +24,10 @@ pytestmark = [pytest.mark.kube, pytest.mark.kafka]
 
 PINNED = {GPU_PRODUCT_LABEL: H100}
 """Only the h100 cluster has such nodes."""
+
+
+def _healthy(snapshot: ClusterSnapshot | None) -> bool:
+    return snapshot is not None and snapshot.healthy
 
 
 def _worker(fleet: Fleet, settings: KafkaSettings, logs: Path, name: str) -> Process:
@@ -66,6 +71,12 @@ async def test_a_pinned_job_survives_a_rollout_of_its_clusters_worker(
             uids.append(await submit_document(fleet.bus, fleet.topics, running))
             await status.wait(lambda: JobPhase.RUNNING in status.phases(uids[0]), 60, "Running")
             assert first.terminate() in (0, -15), first.log()[-3000:]  # a rollout: SIGTERM
+            # The worker's last report says it stopped; the new job comes once the hub has
+            # read it (on a loaded machine it may lag the exit: a job submitted before that
+            # is assigned to h100 and waits on its topic instead, which is another case).
+            await status.wait(
+                lambda: not _healthy(fleet.snapshot("h100")), 30, "the hub to see h100 stop"
+            )
             fresh = jax_job(
                 "pinned-new",
                 workers=1,
