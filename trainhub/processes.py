@@ -68,7 +68,43 @@ async def serve_until_signalled(
     finally:
         signalled.cancel()
         log.info("shutting down")
-        await stop()
+        watchdog = asyncio.create_task(_report_a_slow_stop(asyncio.current_task()))
+        try:
+            await stop()
+        finally:
+            watchdog.cancel()
+
+
+_SLOW_STOP_S = 10.0
+"""A stop still going after this long is logged with where each task waits: a pod's grace
+period is typically 30 s, and the SIGKILL after it leaves no word of which step hung."""
+
+
+async def _report_a_slow_stop(stopping: asyncio.Task[Any] | None) -> None:
+    await asyncio.sleep(_SLOW_STOP_S)
+    waits = []
+    for task in asyncio.all_tasks():
+        if task is not asyncio.current_task():
+            name = "the stop" if task is stopping else task.get_name()
+            waits.append(f"{name}: {' -> '.join(_awaiting(task.get_coro())) or '?'}")
+    log.warning(
+        "still stopping after %.0f s; waiting in:\n  %s", _SLOW_STOP_S, "\n  ".join(sorted(waits))
+    )
+
+
+def _awaiting(coro: object) -> list[str]:
+    """The chain of coroutines a task is suspended in, outermost first (a task's own
+    `get_stack` gives only the outermost frame of a suspended coroutine)."""
+    chain: list[str] = []
+    while coro is not None and len(chain) < 16:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is None:
+            break
+        chain.append(
+            f"{frame.f_code.co_name} ({Path(frame.f_code.co_filename).name}:{frame.f_lineno})"
+        )
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return chain
 
 
 async def close_bus(bus: Bus) -> None:

@@ -24,6 +24,9 @@ from workers.worker_config import WorkerConfig
 log = logging.getLogger(__name__)
 
 _SWEEP_ROUNDS = 2
+_STOP_REPORT_S = 2.0
+"""How long a stop waits for the bus to take its last report. With the broker gone, a record
+may not even queue: aiokafka holds a send until the partition's earlier batch drains."""
 """Sweeps one heartbeat may make before a capacity read comes back in time to report it."""
 
 
@@ -175,7 +178,14 @@ class CapacityReports:
                 healthy=False, unhealthyReason="its worker stopped", instance=None
             )
             try:  # queued only: the bus's last flush on closing sends it, bounded in time
-                await self._publish(snapshot, wait=False)
+                async with asyncio.timeout(_STOP_REPORT_S):
+                    await self._publish(snapshot, wait=False)
+            except TimeoutError:
+                log.warning(
+                    "could not report the stop: the bus did not take it within %.0fs",
+                    _STOP_REPORT_S,
+                    extra=self._extra(),
+                )
             except Exception as error:  # the bus is going or gone: the silence will tell
                 log.warning("could not report the stop: %s", error, extra=self._extra())
 

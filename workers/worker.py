@@ -70,6 +70,8 @@ log = logging.getLogger(__name__)
 
 _STOP_GRACE = 30.0
 """How long a stopping worker lets the assignments it is handling finish."""
+_HAND_BACK_GRACE = 10.0
+"""How long a stopping worker (whose pods die with it) spends handing its jobs back."""
 _TOPICS_WAIT = 120.0
 """How long a starting worker waits for shared topics it may not create (the hub's)."""
 _JOB_CONCURRENCY = 8
@@ -229,9 +231,21 @@ class Worker:
             await self._consumer.subscription.stop()
         if not self.backend.keeps_pods:
             # Our pods die with this process: give their jobs back to be placed elsewhere.
-            for run in list(self.runs.values()):
-                if not run.finished:
-                    await self.hand_back(run, f"worker of {self.cluster} stopped", stopping=True)
+            # Bounded: with the broker gone each hand-back would wait out the outage, and
+            # the hub learns of the stop from the silence anyway.
+            try:
+                async with asyncio.timeout(_HAND_BACK_GRACE):
+                    for run in list(self.runs.values()):
+                        if not run.finished:
+                            reason = f"worker of {self.cluster} stopped"
+                            await self.hand_back(run, reason, stopping=True)
+            except TimeoutError:
+                log.warning(
+                    "stopping before every job was handed back: the bus did not take them "
+                    "within %.0fs (the hub moves them once it misses this cluster's heartbeat)",
+                    _HAND_BACK_GRACE,
+                    extra=self._extra(),
+                )
         await self._reports.report_stopped()
         await self.backend.close()
         log.info("worker stopped", extra=self._extra())

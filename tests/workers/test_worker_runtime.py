@@ -599,3 +599,43 @@ async def test_a_restarted_worker_starts_nothing_the_hub_revoked_or_replaced_mea
     finally:
         await worker.stop()
         await bus.close()
+
+
+class StalledBus(MemoryBus):
+    """A bus whose broker went away: once `stalled`, a publish never returns (as aiokafka
+    holds a send until the partition's earlier, undeliverable batch drains)."""
+
+    stalled = False
+
+    async def publish(self, *args: Any, **kwargs: Any) -> Any:
+        if self.stalled:
+            await asyncio.Event().wait()
+        return await super().publish(*args, **kwargs)
+
+
+async def test_stop_ends_promptly_when_the_bus_takes_nothing_more(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The stop reports and hand-backs are best effort: the hub learns of a silent cluster
+    # from its missing heartbeats. Seen on a real broker: a SIGTERMed worker hung in its
+    # stop report until Kubernetes' grace ran out.
+    from workers import capacity_reports, worker as worker_module
+
+    monkeypatch.setattr(capacity_reports, "_STOP_REPORT_S", 0.3)
+    monkeypatch.setattr(worker_module, "_HAND_BACK_GRACE", 0.5)
+    backend = sim()
+    bus, topics = StalledBus(), Topics()
+    await bus.start()
+    worker = Worker(bus, backend, WorkerConfig(cluster=CLUSTER, heartbeat_interval=0.2), topics)
+    await worker.start()
+    h = Harness(bus, topics, worker, CollectorRegistry())
+    try:
+        uid = await h.assign(jax("held", workers=1, duration="60s"))
+        await h.until(lambda: uid in worker.runs)
+        bus.stalled = True
+        started = time.monotonic()
+        await asyncio.wait_for(worker.stop(), 10)
+        assert time.monotonic() - started < 3
+        assert not worker.runs  # its pods were deleted, though the hand-back never went out
+    finally:
+        await bus.close()
