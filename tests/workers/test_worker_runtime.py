@@ -619,7 +619,8 @@ async def test_stop_ends_promptly_when_the_bus_takes_nothing_more(
     # The stop reports and hand-backs are best effort: the hub learns of a silent cluster
     # from its missing heartbeats. Seen on a real broker: a SIGTERMed worker hung in its
     # stop report until Kubernetes' grace ran out.
-    from workers import capacity_reports, worker as worker_module
+    from workers import capacity_reports
+    from workers import worker as worker_module
 
     monkeypatch.setattr(capacity_reports, "_STOP_REPORT_S", 0.3)
     monkeypatch.setattr(worker_module, "_HAND_BACK_GRACE", 0.5)
