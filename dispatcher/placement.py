@@ -60,6 +60,7 @@ __all__ = [
 EXCLUDED = "excluded for this job for a while: it was handed back or lost here"
 _EXCLUDED_KIND = "excluded for this job"
 _KEPT_PROFILES = 16_384
+_new_decision = PlacementDecision.__pydantic_validator__.validate_python
 LISTED_FEASIBLE = 5
 """Feasible clusters a decision lists (the chosen one first, as a rule)."""
 LISTED_REJECTED = 10
@@ -206,15 +207,18 @@ def _decision(
         feasible = sum(1 for v in every if v.feasible)
     if rejections is None:
         rejections = _count_rejections(every)
-    # Built from validated ClusterScores: validating them again per decision was a
-    # noticeable share of placement time.
-    return PlacementDecision.model_construct(
-        chosen=chosen,
-        clusters=[v.score for v in listed],
-        considered=considered,
-        feasible=feasible,
-        rejected=dict(rejections),  # a copy: the board's counts move on
+    # The model's validator without the Python around it: half the cost of model_construct;
+    # it takes the ClusterScores as they are and copies the counts (the board's move on).
+    decision: PlacementDecision = _new_decision(
+        {
+            "chosen": chosen,
+            "clusters": [v.score for v in listed],
+            "considered": considered,
+            "feasible": feasible,
+            "rejected": rejections,
+        }
     )
+    return decision
 
 
 def _judge(
