@@ -115,13 +115,27 @@ def shortage(
 ) -> str:
     """Why the next pod of `demand` has no room; `nodes` is the room before the gang, `gang`
     all of its demands (to count the pods that hold the same host ports)."""
+    return explain_shortage(nodes, demand, placed, admitting, gang)[0]
+
+
+def explain_shortage(
+    nodes: Sequence[NodeRoom],
+    demand: PodDemand,
+    placed: int,
+    admitting: Sequence[int] | None = None,
+    gang: Sequence[PodDemand] = (),
+) -> tuple[str, str]:
+    """`shortage`, and its kind in a few words ("insufficient cpu"), which a decision counts
+    its rejected clusters by."""
     if admitting is None:
         admitting = admitting_nodes(nodes, demand)
     if not admitting:
         problems = sorted({admission_problem(n, demand) or "" for n in nodes})
         detail = "; ".join(problems) if nodes else "the cluster has no nodes"
-        return f"no node admits {demand.replica_type} pods ({detail})"
+        return f"no node admits {demand.replica_type} pods ({detail})", "no node admits the pods"
     short = []
+    short_of: list[str] = []
+    ports_taken: list[str] = []
     ports = []
     for resource, amount in _needs(demand, nodes[admitting[0]]).items():
         held = is_port_resource(resource)
@@ -132,13 +146,17 @@ def shortage(
             continue
         if held:
             short.append(f"host port {port_of(resource)} is taken on every node that admits it")
+            ports_taken.append(f"host port {port_of(resource)} taken")
         else:
+            short_of.append(resource)
             short.append(
                 f"{resource}: needs {format_quantity(amount)} per pod, "
                 f"most on one node {format_quantity(max(best, 0))}"
             )
     if short:
-        return f"{demand.replica_type} pod does not fit on any node ({'; '.join(short)})"
+        reason = f"{demand.replica_type} pod does not fit on any node ({'; '.join(short)})"
+        kinds = [f"insufficient {', '.join(short_of)}"] if short_of else []
+        return reason, "; ".join(kinds + ports_taken)
     spread = ""
     if ports:
         taken = [r for r in demand.requests if is_port_resource(r)]
@@ -146,10 +164,11 @@ def shortage(
         room = sum(1 for i in admitting if all(nodes[i].free.get(r, 0) >= 1 for r in taken))
         counts = f"; {holders} pods of the job hold it, {room} nodes have it free" if gang else ""
         spread = f" (its pods hold host port {', '.join(sorted(ports))}: one to a node{counts})"
-    return (
+    reason = (
         f"not enough nodes for the whole gang at once: room for {placed} of "
         f"{demand.count} {demand.replica_type} pods next to the other replicas{spread}"
     )
+    return reason, "not enough nodes for the whole gang"
 
 
 _UNBOUNDED = 1 << 62

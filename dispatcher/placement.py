@@ -14,6 +14,11 @@ With a `PlacementCache` (a `Placer` keeps one) and `VersionedReservations`, a de
 redoes the clusters that changed since the last decision of the same job shape; results
 are the same as without. The ClusterScores of a decision are shared with the cache: read
 them, never modify them.
+
+A decision lists the chosen cluster and the next best few, and counts the others by kind of
+reason (schemas/events.py), so its cost does not grow with the fleet; `explain=True` keeps
+every cluster's verdict for `Placement.full_decision` (`trainhub plan`), as does a decision
+that chose nothing (its reasons are the news).
 """
 
 from __future__ import annotations
@@ -27,7 +32,13 @@ from typing import Any
 
 from dispatcher.demand import JobProfile, profile_job
 from dispatcher.gang_fit import Usage
-from dispatcher.placement_cache import ClusterFacts, Context, PlacementCache, Verdict, rejected
+from dispatcher.placement_cache import (
+    ClusterFacts,
+    Context,
+    PlacementCache,
+    Verdict,
+    rejected,
+)
 from dispatcher.placement_config import PlacementConfig
 from dispatcher.reservation_versions import VersionedReservations
 from dispatcher.reservations import Reservations
@@ -47,7 +58,14 @@ __all__ = [
 ]
 
 EXCLUDED = "excluded for this job for a while: it was handed back or lost here"
+_EXCLUDED_KIND = "excluded for this job"
 _KEPT_PROFILES = 16_384
+_new_decision = PlacementDecision.__pydantic_validator__.validate_python
+LISTED_FEASIBLE = 5
+"""Feasible clusters a decision lists (the chosen one first, as a rule)."""
+LISTED_REJECTED = 10
+"""Rejected clusters, the first by name, a decision that chose nothing lists with their
+reasons (the same few its status message names)."""
 
 
 @dataclass
@@ -60,6 +78,8 @@ class Placement:
     problem: str | None = None
     """Why the job cannot be placed anywhere whatever the clusters (malformed constraints)."""
     verdicts: Sequence[Verdict] = field(default=(), repr=False)
+    """Every cluster's verdict when `complete`, else those of the clusters the decision lists."""
+    complete: bool = True
 
     @property
     def chosen(self) -> str | None:
@@ -67,8 +87,17 @@ class Placement:
 
     @cached_property
     def parts(self) -> dict[str, tuple[tuple[str, float], ...]]:
-        """Per feasible cluster, each scoring policy's own score 0..100 before weighting."""
-        return {v.score.name: v.parts for v in self.verdicts if v.feasible}
+        """Per feasible cluster held (`verdicts`), each scoring policy's own score 0..100
+        before weighting."""
+        return {v.name: v.parts for v in self.verdicts if v.feasible}
+
+    def full_decision(self) -> PlacementDecision:
+        """The decision listing every cluster: the feasible ones best first, then the
+        rejected ones by name (needs `complete`: plan with `explain=True`)."""
+        if not self.complete:
+            raise ValueError("this placement kept only the clusters its decision lists")
+        ordered = sorted(self.verdicts, key=_sort_key)
+        return _decision(self.decision.chosen, ordered, len(ordered), ordered)
 
 
 DEFAULT_SCORER = WeightedScorer(((LeastAllocated(), 1.0),))
@@ -85,8 +114,10 @@ def plan_placement(
     excluded: frozenset[str] = frozenset(),
     cache: PlacementCache | None = None,
     profile: JobProfile | None = None,
+    explain: bool = False,
 ) -> Placement:
-    """`profile`: the job's `profile_job`, when the caller keeps it between decisions."""
+    """`profile`: the job's `profile_job`, when the caller keeps it between decisions;
+    `explain`: keep every cluster's verdict (`Placement.full_decision`)."""
     now = now or datetime.now(UTC)
     if now.tzinfo is None:
         now = now.replace(tzinfo=UTC)
@@ -108,34 +139,86 @@ def plan_placement(
     if board is not None:
         facts, verdicts = board.facts, board.verdicts
         ranked: Iterable[int] = board.best()
-        scores = board.scores()
         possible = board.possible
+        feasible = len(board.feasible_positions)
+        top = board.top(LISTED_FEASIBLE)
+        rejections = board.rejected
     else:
         facts = [cache.facts(c) for c in clusters]
         verdicts = [_judge(f, profile, shape_id, context, excluded) for f in facts]
-        order = sorted(range(len(verdicts)), key=lambda i: verdicts[i].sort_key)
-        scores = [verdicts[i].score for i in order]
+        best = sorted((v for v in verdicts if v.feasible), key=_sort_key)
         ranked = sorted(
-            (i for i in order if verdicts[i].feasible),
+            (i for i, v in enumerate(verdicts) if v.feasible),
             key=lambda i: (verdicts[i].sort_key[1], i),
         )
         possible = sum(1 for v in verdicts if not v.never)
-    chosen: str | None = None
+        feasible = len(best)
+        top = best[:LISTED_FEASIBLE]
+        rejections = _count_rejections(verdicts)
+    chosen: Verdict | None = None
     usage: Usage = {}
     for index in ranked:
         packed = facts[index].pack(profile, shape_id, context, verdicts[index])
         if packed is not None:
-            chosen, usage = facts[index].name, packed
+            chosen, usage = verdicts[index], packed
             break
+    listed = top if chosen is None or chosen in top else [*top, chosen]
+    complete = explain or chosen is None
+    if chosen is None:  # why it went nowhere: the first rejected clusters by name too
+        listed = (
+            listed
+            + sorted((v for v in verdicts if not v.feasible), key=_sort_key)[:LISTED_REJECTED]
+        )
+    name = chosen.name if chosen is not None else None
     return Placement(
-        # Built from validated ClusterScores: checking 1,000 of them again per decision was
-        # a noticeable share of placement time at that fleet size.
-        decision=PlacementDecision.model_construct(chosen=chosen, clusters=scores),
+        decision=_decision(name, listed, len(verdicts), (), feasible, rejections),
         usage=usage,
         never_fits=profile.problem is not None or (bool(clusters) and possible == 0),
         problem=profile.problem,
-        verdicts=list(verdicts),
+        # A copy: a board's list changes with its next decision.
+        verdicts=list(verdicts) if complete else listed,
+        complete=complete,
     )
+
+
+def _sort_key(verdict: Verdict) -> tuple[bool, float, str]:
+    return verdict.sort_key
+
+
+def _count_rejections(verdicts: Iterable[Verdict]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for verdict in verdicts:
+        if not verdict.feasible:
+            counts[verdict.kind] = counts.get(verdict.kind, 0) + 1
+    return counts
+
+
+def _decision(
+    chosen: str | None,
+    listed: Sequence[Verdict],
+    considered: int,
+    every: Sequence[Verdict],
+    feasible: int | None = None,
+    rejections: dict[str, int] | None = None,
+) -> PlacementDecision:
+    """`every`: all the verdicts, to count from, when `feasible` and `rejections` are not
+    given."""
+    if feasible is None:
+        feasible = sum(1 for v in every if v.feasible)
+    if rejections is None:
+        rejections = _count_rejections(every)
+    # The model's validator without the Python around it: half the cost of model_construct;
+    # it takes the ClusterScores as they are and copies the counts (the board's move on).
+    decision: PlacementDecision = _new_decision(
+        {
+            "chosen": chosen,
+            "clusters": [v.score for v in listed],
+            "considered": considered,
+            "feasible": feasible,
+            "rejected": rejections,
+        }
+    )
+    return decision
 
 
 def _judge(
@@ -147,7 +230,7 @@ def _judge(
 ) -> Verdict:
     verdict = facts.judge(profile, shape_id, context)
     if facts.name in excluded and not verdict.never:
-        return rejected(facts.name, EXCLUDED)
+        return rejected(facts.name, EXCLUDED, _EXCLUDED_KIND)
     return verdict
 
 
@@ -208,6 +291,7 @@ class Placer:
         now: datetime | None = None,
         max_heartbeat_age: float = 30.0,
         excluded: frozenset[str] = frozenset(),
+        explain: bool = False,
     ) -> Placement:
         return plan_placement(
             job,
@@ -219,15 +303,19 @@ class Placer:
             excluded=excluded,
             cache=self.cache,
             profile=self._profile(job),
+            explain=explain,
         )
 
 
 def describe(placement: Placement) -> dict[str, Any]:
-    """The decision as `trainhub plan -o json` could print it, with each policy's score."""
+    """The decision as `trainhub plan -o json` could print it, with each policy's score:
+    every cluster when the placement is `complete`, else those its decision lists."""
+    decision = placement.full_decision() if placement.complete else placement.decision
     return {
         "chosen": placement.chosen,
         "clusters": [
             {**c.model_dump(), "policies": dict(placement.parts.get(c.name, ()))}
-            for c in placement.decision.clusters
+            for c in decision.clusters
         ],
+        "summary": decision.summary(),
     }

@@ -28,10 +28,10 @@ from dispatcher.gang_fit import (
     admitting_nodes,
     best_fit,
     best_fit_from,
+    explain_shortage,
     gang_fit,
     largest_pod,
     search_fit,
-    shortage,
     surely_fits,
 )
 from dispatcher.pod_kind_packing import PodKind, PodKindPacking, pod_kind
@@ -45,8 +45,8 @@ from schemas.events import ClusterScore
 
 _score = ClusterScore.__pydantic_validator__.validate_python
 """Builds a ClusterScore from a dict: the model's own validation without the Python
-`__init__` around it, a third cheaper; one is built for every cluster judged again (setting
-the fields through `object.__setattr__`, as `model_construct` does, measured no cheaper)."""
+`__init__` around it, a third cheaper (setting the fields through `object.__setattr__`, as
+`model_construct` does, measured no cheaper). Built only for the verdicts a decision lists."""
 _POD_SLOT = "pods"
 _RANK_BITS = 24
 """Bits of a board key that hold the cluster's place in name order (16 million clusters)."""
@@ -81,33 +81,58 @@ def to_thousandths(value: float) -> float:
     return round(value, 3)
 
 
+# Kinds of rejection, which a decision counts its rejected clusters by (a capacity
+# shortage's kind names the resources short: `gang_fit.explain_shortage`).
+MALFORMED = "malformed job"
+LABELS = "cluster labels do not match"
+NAMESPACE = "namespace not allowed"
+POD_SECURITY = "refused by pod security policy"
+NEVER_FITS = "too small for the job"
+UNHEALTHY = "unhealthy"
+STALE = "stale heartbeat"
+
+
 class Verdict:
     """One cluster's verdict for one job shape."""
 
     __slots__ = (
+        "_score",
         "feasible",
+        "kind",
         "max_cost",
+        "name",
         "never",
         "parts",
-        "score",
+        "reason",
         "sort_key",
         "timed",
         "usage",
+        "value",
         "version",
     )
 
     def __init__(
         self,
-        score: ClusterScore,
+        name: str,
         sort_key: tuple[bool, float, str],
         *,
         feasible: bool = False,
+        value: float | None = None,
+        reason: str | None = None,
+        kind: str = "",
         never: bool = False,
         timed: bool = False,
         usage: Usage | None = None,
         parts: tuple[tuple[str, float], ...] = (),
     ) -> None:
-        self.score = score
+        self.name = name
+        self.value = value
+        """The score (feasible verdicts)."""
+        self.reason = reason
+        """Why the cluster was rejected, in full."""
+        self.kind = kind
+        """The rejection's kind of reason, which decisions count."""
+        self._score: ClusterScore | None = None
         self.sort_key = sort_key
         self.feasible = feasible
         self.never = never
@@ -120,14 +145,24 @@ class Verdict:
         self.version: object = None
         self.max_cost = 0.0
 
+    @property
+    def score(self) -> ClusterScore:
+        """The verdict as a decision lists it; built on first use, as most verdicts are
+        never listed."""
+        built = self._score
+        if built is None:
+            if self.feasible:
+                built = _score({"name": self.name, "feasible": True, "score": self.value})
+            else:
+                built = _score({"name": self.name, "feasible": False, "reason": self.reason})
+            self._score = built
+        return built
 
-def rejected(name: str, reason: str, *, never: bool = False, timed: bool = False) -> Verdict:
-    return Verdict(
-        _score({"name": name, "feasible": False, "reason": reason}),
-        (True, 0.0, name),
-        never=never,
-        timed=timed,
-    )
+
+def rejected(
+    name: str, reason: str, kind: str, *, never: bool = False, timed: bool = False
+) -> Verdict:
+    return Verdict(name, (True, 0.0, name), reason=reason, kind=kind, never=never, timed=timed)
 
 
 class _ShapeState:
@@ -293,7 +328,9 @@ class ClusterFacts:
         self.unhealthy = (
             None
             if snapshot.healthy
-            else rejected(self.name, snapshot.unhealthyReason or "cluster reports unhealthy")
+            else rejected(
+                self.name, snapshot.unhealthyReason or "cluster reports unhealthy", UNHEALTHY
+            )
         )
         self.shapes: dict[int, _ShapeState] = {}
         self._stale: Verdict | None = None
@@ -371,23 +408,25 @@ class ClusterFacts:
     def _never(self, profile: JobProfile, shape: _ShapeState) -> Verdict | None:
         snapshot = self.snapshot
         if profile.problem is not None:
-            return rejected(self.name, profile.problem, never=True)
+            return rejected(self.name, profile.problem, MALFORMED, never=True)
         unmet = [str(r) for r in profile.cluster_selector if not r.matches(snapshot.labels)]
         if unmet:
             return rejected(
                 self.name,
                 f"cluster labels do not satisfy the job's {CLUSTER_SELECTOR} ({', '.join(unmet)})",
+                LABELS,
                 never=True,
             )
         if snapshot.namespaces is not None and profile.namespace not in snapshot.namespaces:
             return rejected(
                 self.name,
                 f"namespace {profile.namespace!r} is not allowed on this cluster",
+                NAMESPACE,
                 never=True,
             )
         refusal = policy_refusal(profile.pod_security, snapshot.policy)
         if refusal is not None:
-            return rejected(self.name, refusal, never=True)
+            return rejected(self.name, refusal, POD_SECURITY, never=True)
         nodes = self.snapshot.nodes
         if not nodes and not snapshot.healthy:
             # A worker that stopped (or cannot read its cluster) reports no nodes: that says
@@ -410,7 +449,8 @@ class ClusterFacts:
             self.empty_rooms, profile.ordered, candidates=shape.candidates, ordered=True
         )
         if not empty_fit.fits and empty_fit.certain:
-            return rejected(self.name, f"can never fit: {empty_fit.reason}", never=True)
+            reason = f"can never fit: {empty_fit.reason}"
+            return rejected(self.name, reason, NEVER_FITS, never=True)
         return None
 
     def judge(self, profile: JobProfile, shape_id: int, context: Context) -> Verdict:
@@ -431,8 +471,8 @@ class ClusterFacts:
                 # The same verdict while its words stand (they change once a second): a
                 # board judges its stale clusters again at every decision, and an unchanged
                 # verdict costs it nothing, where a new one was re-ranked for each of them.
-                if stale is None or stale.score.reason != reason:
-                    stale = self._stale = rejected(self.name, reason, timed=True)
+                if stale is None or stale.reason != reason:
+                    stale = self._stale = rejected(self.name, reason, STALE, timed=True)
                 return stale
         if context.reservations is None:
             version: object = 0
@@ -519,6 +559,7 @@ class ClusterFacts:
             )
             shape.witness = self._witness(counted) if fits and version is not None else None
         reason: str | None = None
+        kind = "insufficient capacity"
         if fits is None:
             usage, failure = best_fit(
                 self.free_of, self.node_names, self.pod_slot, ordered, shape.candidates
@@ -530,11 +571,15 @@ class ClusterFacts:
             fits = usage is not None
             if not fits and failure is not None:
                 at, placed = failure
-                reason = shortage(self._rooms(), ordered[at], placed, shape.candidates[at], ordered)
+                reason, kind = explain_shortage(
+                    self._rooms(), ordered[at], placed, shape.candidates[at], ordered
+                )
         elif not fits:
-            reason = shortage(self._rooms(), ordered[0], placed, shape.candidates[0], ordered)
+            reason, kind = explain_shortage(
+                self._rooms(), ordered[0], placed, shape.candidates[0], ordered
+            )
         if not fits:
-            verdict = rejected(self.name, f"not enough free capacity now: {reason}")
+            verdict = rejected(self.name, f"not enough free capacity now: {reason}", kind)
         else:
             scorer = context.scorer
             item = shape.scoring
@@ -558,9 +603,10 @@ class ClusterFacts:
             parts = scorer.parts(item, shape.static_scores)
             score = to_thousandths(scorer.combine(parts))
             verdict = Verdict(
-                _score({"name": self.name, "feasible": True, "score": score}),
+                self.name,
                 (False, -score, self.name),
                 feasible=True,
+                value=score,
                 usage=usage,
                 parts=parts,
             )
@@ -655,15 +701,13 @@ class Board:
         self.in_name_order = True
         """Whether positions are in name order (as the registry lists clusters)."""
         self.key_at: list[int] = []
-        """Per position, its key in the list its verdict is in (`feasible_key`, or the name
-        rank for a rejection)."""
+        """Per feasible position, its `feasible_key`."""
         self.feasible_keys: list[int] = []
         """The feasible verdicts' keys, ascending: best first."""
         self.feasible_positions: list[int] = []
-        self.feasible_scores: list[ClusterScore] = []
-        self.rejected_keys: list[int] = []
-        """The rejections' name ranks, ascending."""
-        self.rejected_scores: list[ClusterScore] = []
+        self.rejected: dict[str, int] = {}
+        """The rejections counted by kind; a decision lists the rejected clusters themselves
+        only when nothing was chosen, found then by a scan."""
         self.log_end = 0
         self.max_age = -1.0
         self.max_cost = -1.0
@@ -690,8 +734,8 @@ class Board:
         self.in_name_order = all(rank == index for index, rank in enumerate(self.name_ranks))
         self.verdicts = [f.judge(profile, self.shape_id, context) for f in facts]
         self.key_at = [0] * len(facts)
-        self.feasible_keys, self.feasible_positions, self.feasible_scores = [], [], []
-        self.rejected_keys, self.rejected_scores = [], []
+        self.feasible_keys, self.feasible_positions = [], []
+        self.rejected = {}
         for index, verdict in enumerate(self.verdicts):
             self._put(index, verdict)
         self.log_end = log_end
@@ -747,33 +791,33 @@ class Board:
         self.log_end = log_end
 
     def _put(self, index: int, verdict: Verdict) -> None:
-        if verdict.sort_key[0]:  # rejected
-            key = self.key_at[index] = self.name_ranks[index]
-            at = bisect_left(self.rejected_keys, key)
-            self.rejected_keys.insert(at, key)
-            self.rejected_scores.insert(at, verdict.score)
-        else:
+        if verdict.feasible:
             key = self.key_at[index] = feasible_key(verdict, self.name_ranks[index])
             at = bisect_left(self.feasible_keys, key)
             self.feasible_keys.insert(at, key)
             self.feasible_positions.insert(at, index)
-            self.feasible_scores.insert(at, verdict.score)
+        else:
+            rejected = self.rejected
+            rejected[verdict.kind] = rejected.get(verdict.kind, 0) + 1
 
     def _take(self, index: int, verdict: Verdict) -> None:
-        key = self.key_at[index]
-        if verdict.sort_key[0]:
-            at = bisect_left(self.rejected_keys, key)
-            self.rejected_keys.pop(at)
-            self.rejected_scores.pop(at)
-        else:
-            at = bisect_left(self.feasible_keys, key)
+        if verdict.feasible:
+            at = bisect_left(self.feasible_keys, self.key_at[index])
             self.feasible_keys.pop(at)
             self.feasible_positions.pop(at)
-            self.feasible_scores.pop(at)
+        else:
+            rejected = self.rejected
+            left = rejected[verdict.kind] - 1
+            if left:
+                rejected[verdict.kind] = left
+            else:
+                del rejected[verdict.kind]
 
-    def scores(self) -> list[ClusterScore]:
-        """Every cluster's score, best feasible first, then the rejections by name."""
-        return self.feasible_scores + self.rejected_scores
+    def top(self, count: int) -> list[Verdict]:
+        """The best `count` feasible verdicts, in the order a full list has them (score,
+        then name)."""
+        verdicts = self.verdicts
+        return [verdicts[i] for i in self.feasible_positions[:count]]
 
     def best(self) -> Iterator[int]:
         """Positions of the feasible clusters, best score first, the earlier listed first on

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from dispatcher.fairness import IN_FLIGHT_PHASES
 from dispatcher.hub_context import HubContext
@@ -15,7 +15,6 @@ from dispatcher.hub_statuses import HubStatuses
 from dispatcher.ledger import JobRecord
 from dispatcher.placement import Placement
 from schemas.cluster import ClusterSnapshot
-from schemas.events import ClusterScore
 from schemas.kubeflow import AnyJob
 from schemas.status import INVALID, JobPhase
 
@@ -94,7 +93,7 @@ class SchedulingPass:
                     continue
                 found = unplaced[shape] = (
                     placement,
-                    _reasons(placement.decision.clusters),
+                    _reasons(placement),
                     self._unavailable(placement),
                 )
             placement, reasons, unavailable = found
@@ -121,7 +120,8 @@ class SchedulingPass:
         a stopped worker reports, or lost): those clusters and why, else "". Worded to stay
         the same from pass to pass (a changed message is a status)."""
         clusters, lost = self._context.clusters, self._lost()
-        possible = [clusters.get(v.score.name) for v in placement.verdicts if not v.never]
+        # A placement that chose nothing holds every cluster's verdict.
+        possible = [clusters.get(v.name) for v in placement.verdicts if not v.never]
         why = [_unavailability(s, lost) for s in possible]
         if not why or any(w is None for w in why):
             return ""
@@ -220,19 +220,18 @@ def _unavailability(snapshot: ClusterSnapshot | None, lost: frozenset[str]) -> s
     return None
 
 
-_MESSAGE_CLUSTERS = 10
-"""How many clusters' reasons a status message names: the placement decision in the same
-status has every one, and at 1,000 clusters a message naming all would be some 60 KB, sent
-again whenever any of them changed and kept in the job's summary for good."""
-
-
-def _reasons(scores: Sequence[ClusterScore]) -> str:
-    """The rejected clusters' reasons for a status message (the first few, by name)."""
-    rejected = [c for c in scores if not c.feasible]
-    shown = "; ".join(f"{c.name}: {c.reason}" for c in rejected[:_MESSAGE_CLUSTERS])
-    if len(rejected) > _MESSAGE_CLUSTERS:
-        shown += (
-            f"; and {len(rejected) - _MESSAGE_CLUSTERS} more clusters "
-            "(the placement decision has every reason)"
-        )
-    return shown
+def _reasons(placement: Placement) -> str:
+    """Why a job that went nowhere did, for a status message: the rejected clusters counted
+    by kind of reason, then the first few by name with their reasons in full (those its
+    decision lists: at 1,000 clusters a message naming all would be some 60 KB, sent again
+    whenever any of them changed and kept in the job's summary for good)."""
+    decision = placement.decision
+    rejected = [c for c in decision.clusters if not c.feasible]
+    if not rejected:
+        return ""
+    considered, feasible, _ = decision.counts()
+    shown = "; ".join(f"{c.name}: {c.reason}" for c in rejected)
+    more = considered - feasible - len(rejected)
+    if more > 0:
+        shown += f"; and {more} more clusters"
+    return f"{decision.summary()} ({shown})"

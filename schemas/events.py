@@ -126,16 +126,57 @@ class ClusterScore(_Payload):
 
 
 class PlacementDecision(_Payload):
-    """Why a job went where it went: every cluster's score or rejection reason."""
+    """Why a job went where it went, or why it went nowhere.
+
+    A decision lists the chosen cluster and the best few feasible ones (and, when nothing
+    was chosen, the first few rejected ones by name, with their reasons) in `clusters`, and
+    counts the rest: `considered` clusters, `feasible` of them, and the rejected ones per
+    kind of reason in `rejected`. Listing every cluster in every decision cost more than the
+    decision itself at 1,000 clusters; `trainhub plan` still shows every one. A decision
+    without `considered` (from an older hub) lists every cluster in `clusters`.
+    """
 
     chosen: str | None
     clusters: list[ClusterScore] = Field(default_factory=list)
+    considered: int | None = None
+    """How many clusters were judged; None: `clusters` lists every one."""
+    feasible: int | None = None
+    """How many of them could take the job now."""
+    rejected: dict[str, int] | None = None
+    """The other clusters, counted by kind of reason ("insufficient cpu": 812, ...)."""
 
     def chosen_only(self) -> PlacementDecision:
-        """The chosen cluster and its score, without how every other cluster fared."""
+        """The chosen cluster and its score, and the counts, without the other clusters."""
+        considered, feasible, rejected = self.counts()
         return PlacementDecision.model_construct(
-            chosen=self.chosen, clusters=[c for c in self.clusters if c.name == self.chosen]
+            chosen=self.chosen,
+            clusters=[c for c in self.clusters if c.name == self.chosen],
+            considered=considered,
+            feasible=feasible,
+            rejected=rejected,
         )
+
+    def counts(self) -> tuple[int, int, dict[str, int]]:
+        """Clusters considered, feasible, and rejected by kind of reason (for a decision that
+        lists every cluster, by the reason itself)."""
+        if self.considered is not None:
+            return self.considered, self.feasible or 0, dict(self.rejected or {})
+        rejected: dict[str, int] = {}
+        for c in self.clusters:
+            if not c.feasible:
+                reason = c.reason or "rejected"
+                rejected[reason] = rejected.get(reason, 0) + 1
+        return len(self.clusters), sum(1 for c in self.clusters if c.feasible), rejected
+
+    def summary(self) -> str:
+        """ "2/1000 clusters can take the job now; 812 insufficient cpu, 186 ...": the counts
+        in words, the most common reason first."""
+        considered, feasible, rejected = self.counts()
+        text = f"{feasible}/{considered} clusters can take the job now"
+        if rejected:
+            kinds = sorted(rejected.items(), key=lambda item: (-item[1], item[0]))
+            text += "; " + ", ".join(f"{count} {kind}" for kind, count in kinds)
+        return text
 
 
 class JobAssigned(_Payload):

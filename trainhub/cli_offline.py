@@ -192,7 +192,7 @@ def _show_plan(planned: list[PlannedJob], placement: PlacementConfig, output: Ou
         if item.placement is None:
             console.print(f"{title}: held back, {item.held}", highlight=False)
             continue
-        decision = item.placement.decision
+        decision = item.placement.full_decision()
         console.print(decision_table(decision, title))
         console.print(
             f"chosen: {decision.chosen or 'none (the job would wait or be rejected)'}",

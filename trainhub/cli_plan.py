@@ -92,6 +92,7 @@ def plan_jobs(
             reservations=reservations,
             now=now,
             max_heartbeat_age=max_heartbeat_age,
+            explain=True,  # `trainhub plan` shows every cluster
         )
         if placement.chosen is not None:
             reservations.reserve(placement.chosen, record.uid, placement.usage)

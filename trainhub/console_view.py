@@ -21,7 +21,8 @@ _STYLE = {
 
 
 def decision_table(decision: PlacementDecision, title: str = "placement") -> Table:
-    table = Table(title=title, title_justify="left")
+    """The clusters the decision lists, with its counts of the others as the caption."""
+    table = Table(title=title, title_justify="left", caption=decision.summary())
     table.add_column("cluster")
     table.add_column("feasible")
     table.add_column("score", justify="right")

@@ -146,9 +146,11 @@ def test_required_node_affinity_filters_nodes_in_the_gang_fit() -> None:
     in_b.labels["zone"] = "b"
     in_a = node("a1", cpu="8", memory="8Gi")
     in_a.labels["zone"] = "a"
-    placement = plan_placement(parse_job(doc), [cluster("zone-b", in_b), cluster("zone-a", in_a)])
+    placement = plan_placement(
+        parse_job(doc), [cluster("zone-b", in_b), cluster("zone-a", in_a)], explain=True
+    )
     assert placement.chosen == "zone-a"
-    reason = next(c.reason for c in placement.decision.clusters if c.name == "zone-b")
+    reason = next(c.reason for c in placement.full_decision().clusters if c.name == "zone-b")
     assert "required nodeAffinity (zone notin (b))" in (reason or "")
     assert placement.usage == {"a1": {"cpu": 1, "memory": 2**30}}
 

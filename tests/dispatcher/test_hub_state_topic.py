@@ -46,9 +46,13 @@ def test_a_record_round_trips_through_its_state() -> None:
         record.queue,
         record.managed_by,
     )
-    # Only the chosen cluster's score: the whole decision is on the status topic.
+    # Only the chosen cluster's score and the counts: the rest is on the status topic.
     assert back.decision == PlacementDecision(
-        chosen="east", clusters=[ClusterScore(name="east", feasible=True, score=0.7)]
+        chosen="east",
+        clusters=[ClusterScore(name="east", feasible=True, score=0.7)],
+        considered=2,
+        feasible=1,
+        rejected={"full": 1},
     )
     assert back.avoided() == frozenset({"west"}) and ttl == 60
     # A finished job's state is its summary: no document, its TTL kept.

@@ -290,7 +290,7 @@ async def test_a_finished_job_is_kept_as_a_summary_and_still_refuses_resubmissio
     assert assigned[0].placement.chosen == "east"
 
 
-async def test_the_assignment_names_the_chosen_cluster_and_the_status_keeps_every_score() -> None:
+async def test_the_assignment_names_the_chosen_cluster_and_the_status_the_best_and_counts() -> None:
     bus = MemoryBus()
     await bus.start()
     topics = Topics(prefix="scores")
@@ -309,9 +309,11 @@ async def test_the_assignment_names_the_chosen_cluster_and_the_status_keeps_ever
     updates = [e.data_as(JobStatusUpdate) async for e in events_to_end(bus, topics.status)]
     status = next(u for u in updates if u.phase == JobPhase.ASSIGNED)
     assert status.placement is not None and status.placement.chosen == "east"
+    # The feasible clusters with their scores; the rejected one counted by its reason's kind.
     scores = {c.name: c for c in status.placement.clusters}
-    assert set(scores) == {"east", "west", "tiny"}
-    assert scores["west"].feasible and not scores["tiny"].feasible and scores["tiny"].reason
+    assert set(scores) == {"east", "west"} and scores["west"].feasible
+    assert (status.placement.considered, status.placement.feasible) == (3, 2)
+    assert status.placement.rejected == {"too small for the job": 1}
     [assignment] = [
         e.data_as(JobAssigned)
         async for e in events_to_end(bus, topics.assignments("east"))
@@ -322,7 +324,7 @@ async def test_the_assignment_names_the_chosen_cluster_and_the_status_keeps_ever
     assert assignment.placement.clusters == [scores["east"]]
 
 
-async def test_a_status_message_names_ten_clusters_and_the_decision_has_them_all() -> None:
+async def test_a_status_message_counts_the_reasons_and_names_ten_clusters() -> None:
     bus = MemoryBus()
     await bus.start()
     topics = Topics(prefix="many")
@@ -344,10 +346,15 @@ async def test_a_status_message_names_ten_clusters_and_the_decision_has_them_all
     message = rejected.message or ""
     assert all(f"{name}: can never fit" in message for name in names[:10]), message
     assert "c10:" not in message and "c11:" not in message
-    assert message.endswith("; and 2 more clusters (the placement decision has every reason)")
-    assert rejected.placement is not None
-    assert [c.name for c in rejected.placement.clusters] == names
-    assert all(c.reason and "can never fit" in c.reason for c in rejected.placement.clusters)
+    assert message.startswith(
+        "the job fits no registered cluster: 0/12 clusters can take the job now; "
+        "12 too small for the job (c00: can never fit"
+    ), message
+    assert message.endswith("; and 2 more clusters)")
+    decision = rejected.placement
+    assert decision is not None and decision.rejected == {"too small for the job": 12}
+    assert [c.name for c in decision.clusters] == names[:10]
+    assert all(c.reason and "can never fit" in c.reason for c in decision.clusters)
 
 
 async def test_a_waiting_job_is_not_republished_for_every_capacity_change() -> None:

@@ -18,10 +18,16 @@ def test_refuses_cluster_whose_capacity_is_enough_only_in_sum() -> None:
     job = parse_job(jax_job("gang", workers=2, cpu="3", memory="1Gi"))
     fragmented = cluster("fragmented", *[node(f"n{i}", cpu="2", memory="8Gi") for i in range(4)])
     roomy = cluster("roomy", node("big", cpu="6", memory="8Gi"))
-    placement = plan_placement(job, [fragmented, roomy])
+    placement = plan_placement(job, [fragmented, roomy], explain=True)
     assert placement.chosen == "roomy"
-    rejected = next(c for c in placement.decision.clusters if c.name == "fragmented")
+    rejected = next(c for c in placement.full_decision().clusters if c.name == "fragmented")
     assert not rejected.feasible
+    # The decision itself lists the chosen cluster and counts the rejected one by kind.
+    assert [c.name for c in placement.decision.clusters] == ["roomy"]
+    assert placement.decision.rejected == {"too small for the job": 1}
+    assert placement.decision.summary() == (
+        "1/2 clusters can take the job now; 1 too small for the job"
+    )
     assert "cpu: needs 3 per pod, most on one node 2" in (rejected.reason or "")
     assert placement.usage["big"]["cpu"] == 6
 
@@ -83,9 +89,11 @@ def test_namespace_and_node_selector_filters() -> None:
     labelled.labels["gpu"] = "h100"
     wrong_ns = cluster("wrong-ns", labelled, namespaces=["team-b"])
     unlabelled = cluster("unlabelled", node("c", cpu="8", memory="8Gi"))
-    placement = plan_placement(job, [wrong_ns, unlabelled, cluster("right", labelled)])
+    placement = plan_placement(
+        job, [wrong_ns, unlabelled, cluster("right", labelled)], explain=True
+    )
     assert placement.chosen == "right"
-    reasons = {c.name: c.reason or "" for c in placement.decision.clusters}
+    reasons = {c.name: c.reason or "" for c in placement.full_decision().clusters}
     assert "namespace 'team-a' is not allowed" in reasons["wrong-ns"]
     assert "nodeSelector gpu=h100" in reasons["unlabelled"]
 

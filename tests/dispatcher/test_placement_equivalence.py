@@ -19,12 +19,19 @@ from typing import Any
 import pytest
 
 from dispatcher.gang_fit import Usage
-from dispatcher.placement import Placement, Placer, plan_placement
+from dispatcher.placement import (
+    LISTED_FEASIBLE,
+    LISTED_REJECTED,
+    Placement,
+    Placer,
+    plan_placement,
+)
 from dispatcher.placement_cache import PlacementCache
 from dispatcher.placement_config import PlacementConfig
 from dispatcher.reservation_versions import VersionedReservations
 from dispatcher.reservations import Reservations
 from schemas.cluster import ClusterSnapshot, NodeSnapshot, Taint
+from schemas.events import PlacementDecision
 from schemas.job_parsing import parse_job
 from schemas.kubeflow import AnyJob
 
@@ -168,7 +175,25 @@ def full_scan(
         now=now,
         excluded=excluded,
         cache=PlacementCache(),
+        explain=True,
     )
+
+
+def assert_summarises(decision: PlacementDecision, full: PlacementDecision) -> None:
+    """The decision lists the best feasible clusters of the full list (and the chosen one),
+    and, having chosen none, the first rejected ones; its counts are the full list's."""
+    every = full.clusters
+    feasible = [c for c in every if c.feasible]
+    rejected = [c for c in every if not c.feasible]
+    expected = feasible[:LISTED_FEASIBLE]
+    if decision.chosen is not None and all(c.name != decision.chosen for c in expected):
+        expected += [c for c in feasible if c.name == decision.chosen]
+    if decision.chosen is None:
+        expected += rejected[:LISTED_REJECTED]
+    assert decision.clusters == expected
+    assert (decision.considered, decision.feasible) == (len(every), len(feasible))
+    assert decision.rejected is not None and sum(decision.rejected.values()) == len(rejected)
+    assert full.counts() == decision.counts()
 
 
 @pytest.mark.parametrize("seed", range(24))
@@ -187,14 +212,26 @@ def test_the_hubs_placement_decides_as_a_full_scan(seed: int) -> None:
             job = parse_job(job_document(rng, step))
             listed = [fleet.snapshots[n] for n in fleet.names]
             excluded = frozenset(rng.sample(fleet.names, 1) if rng.random() < 0.1 else ())
+            explain = rng.random() < 0.3
             fast = placer.plan(
-                job, listed, reservations=versioned, now=fleet.now, excluded=excluded
+                job,
+                listed,
+                reservations=versioned,
+                now=fleet.now,
+                excluded=excluded,
+                explain=explain,
             )
             slow = full_scan(job, listed, plain, placer, fleet.now, excluded)
             assert fast.chosen == slow.chosen, step
             assert fast.usage == slow.usage, step
             assert fast.decision == slow.decision, step
-            assert fast.parts == slow.parts, step
+            assert fast.complete == (explain or fast.chosen is None), step
+            if fast.complete:
+                assert fast.full_decision() == slow.full_decision(), step
+                assert fast.parts == slow.parts, step
+            else:
+                assert fast.parts == {n: slow.parts[n] for n in fast.parts}, step
+            assert_summarises(slow.decision, slow.full_decision())
             assert fast.never_fits == slow.never_fits, step
             decisions += 1
             if fast.chosen is not None:

@@ -41,12 +41,12 @@ def test_gpu_model_prefers_the_cluster_whose_gpus_are_the_product_asked_for() ->
     a100 = cluster("a100", gpu_node("a", "A100"))
     placer = Placer(PlacementConfig(scoring={"gpu-model": 1}))
     job = parse_job(gpu_job("pick", nodeSelector={GPU: "H100"}))
-    placement = placer.plan(job, [mixed, a100, h100])
+    placement = placer.plan(job, [mixed, a100, h100], explain=True)
     assert placement.chosen == "h100"
     scores = scores_of(placement)
     assert scores["h100"] == 100.0
     assert scores["mixed"] == pytest.approx(33.333, abs=0.001)
-    rejected = next(c for c in placement.decision.clusters if c.name == "a100")
+    rejected = next(c for c in placement.full_decision().clusters if c.name == "a100")
     assert not rejected.feasible and f"nodeSelector {GPU}=H100" in (rejected.reason or "")
     assert placement.parts["h100"] == (("gpu-model", 100.0),)
 
