@@ -7,6 +7,7 @@ alone; a cluster without the CRDs runs the job as before."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -275,6 +276,30 @@ async def test_without_its_worker_the_garbage_collector_takes_what_the_object_ow
 
     await _deleted_behind_trainhub(crds, "orphaned")
     await _until(lambda: _nothing_left(crds, uid), 30, "the garbage collector to take them")
+
+
+async def test_a_restarted_worker_fails_a_job_whose_object_went_while_it_was_away(
+    crd_sandbox: KubeSandbox, fleet: Fleet
+) -> None:
+    """On ops no garbage collector runs: the pods outlive the object until the restarted
+    worker, finding their owner gone, fails the job and deletes them (no orphans either)."""
+    ops = crd_sandbox.clusters["ops"]
+    worker = await _add_worker(fleet, ops, _direct(ops))
+    uid, _ = await _running_with_owned_pods(fleet, ops, "gone-while-away")
+    await worker.stop()
+    fleet.workers.remove(worker)
+    await _deleted_behind_trainhub(ops, "gone-while-away")
+    await asyncio.sleep(2)
+    assert len(await job_objects(ops, "pods", uid)) == 2  # nothing collects them here
+
+    await _add_worker(fleet, ops, _direct(ops))
+    await fleet.wait_finished([uid], 60)
+    last = fleet.last(uid)
+    assert last is not None and last.phase == JobPhase.FAILED, fleet.phases(uid)
+    assert "PyTorchJob gone-while-away was deleted on ops before it ended" in (last.message or "")
+    await _until(lambda: _nothing_left(ops, uid), 30, "its pods and Services to go")
+    found, _ = await admin_request(ops, "GET", _path("PyTorchJob", "gone-while-away"))
+    assert found == 404
 
 
 async def test_a_job_whose_name_another_object_holds_fails_and_leaves_it_be(

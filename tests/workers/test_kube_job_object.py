@@ -5,20 +5,21 @@ makes of it going."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
+from types import SimpleNamespace
 from typing import Any, cast
 
 from schemas.job_parsing import parse_job
 from schemas.status import JobCondition, JobStatus, ReplicaStatus
 from tests.workers.job_documents import job_document, replica
 from workers.backends.base import JobObjectLost
-from workers.backends.kube_client import KubeApi
+from workers.backends.kube_client import KubeApi, KubeNotFound
 from workers.backends.kube_job_object import (
     JobObjectRef,
     JobObjects,
     owned_by_job_object,
     status_body,
 )
-from workers.rendering import LABEL_JOB_UID
+from workers.rendering import LABEL_ATTEMPT, LABEL_JOB_UID
 
 
 def test_the_status_is_written_as_the_operator_writes_it() -> None:
@@ -147,3 +148,35 @@ async def test_a_relist_without_an_object_seen_before_saw_it_go() -> None:
     assert objects.losses.get_nowait().job_uid == "job-1"
     assert objects.losses.empty()
     assert objects.ref("job-2") is not None
+
+
+class _NothingThere:
+    """An API whose every read answers 404."""
+
+    custom = SimpleNamespace(get_namespaced_custom_object=None)
+
+    async def call(self, *args: Any, **kw: Any) -> dict[str, Any]:
+        raise KubeNotFound("not found", 404, "NotFound")
+
+
+async def test_an_object_gone_while_no_worker_watched_is_found_missing_at_adoption() -> None:
+    """A restarted worker lists the job's objects (adoption): the owner they name is gone,
+    so the run's object is not made again and the loss is told."""
+    objects = JobObjects(cast(KubeApi, _NothingThere()), "east")
+    objects.served = {"PyTorchJob"}
+    owner = JobObjectRef("PyTorchJob", "default", "obj", "cr-1").owner_reference()
+    pod = {
+        "metadata": {
+            "name": "obj-master-0",
+            "namespace": "default",
+            "labels": {LABEL_JOB_UID: "job-1", LABEL_ATTEMPT: "2"},
+            "ownerReferences": [owner],
+        }
+    }
+    objects.note_owners([pod])
+    document = job_document("PyTorchJob", "obj", {"Master": replica(1)})
+    document["metadata"]["uid"] = "job-1"
+    assert await objects.ensure(parse_job(document), 2) is None
+    assert objects.losses.get_nowait() == JobObjectLost("job-1", 2, "PyTorchJob obj")
+    assert await objects.ensure(parse_job(document), 2) is None  # asked again: no API call
+    assert objects.losses.empty()

@@ -605,10 +605,14 @@ class KubeBackend(Backend):
             return_exceptions=True,
         )
         uids: set[str] = set()
+        found: list[dict[str, Any]] = []
         for objects in listed:
             if isinstance(objects, BaseException):
                 raise objects
             uids.update(uid for uid in map(job_uid_of, objects) if uid is not None)
+            found.extend(objects)
+        if self.job_objects is not None:
+            self.job_objects.note_owners(found)
         return uids
 
     def forget_job(self, job_uid: str) -> None:

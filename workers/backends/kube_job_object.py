@@ -203,6 +203,10 @@ class JobObjects:
         have seen: a relist that lacks one saw it go."""
         self._lost: dict[str, int] = {}
         """job uid -> the attempt whose object someone else deleted: not made again for it."""
+        self._owners: dict[str, tuple[int, str]] = {}
+        """job uid -> (attempt, object uid) that the job's objects in the cluster name as
+        their owner, from the latest listing of them (adoption, sweeps): a restarted worker
+        knows so which object its adopted runs had."""
 
     def _extra(self, job_uid: str | None = None) -> dict[str, Any]:
         return {"cluster": self.cluster, "job": job_uid}
@@ -310,6 +314,53 @@ class JobObjects:
         )
         self.losses.put_nowait(JobObjectLost(job_uid, attempt, f"{ref.kind} {ref.name}"))
 
+    def note_owners(self, objects: Sequence[Mapping[str, Any]]) -> None:
+        """The owners the job's listed objects name (see `_owners`), replacing the last
+        listing's."""
+        self._owners = {}
+        for obj in objects:
+            ref, job_uid = owned_by_job_object(obj), job_uid_of(obj)
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            attempt = str(labels.get(LABEL_ATTEMPT) or "")
+            if ref is not None and job_uid is not None and attempt.isdigit():
+                self._owners[job_uid] = (int(attempt), ref.uid)
+
+    async def _deleted_while_away(self, job: AnyJob, attempt: int) -> bool:
+        """The object that this attempt's objects in the cluster name as their owner is gone
+        (deleted while no worker watched): told as a loss, and not made again."""
+        owner = self._owners.get(job.uid)
+        if owner is None or owner[0] != attempt:
+            return False
+        plural = DELEGATED_PLURALS[job.kind]
+        namespace, name = job.metadata.namespace, job.metadata.name
+        try:
+            found = await self.api.call(
+                "get",
+                plural,
+                namespace,
+                self.api.custom.get_namespaced_custom_object,
+                KUBEFLOW_GROUP,
+                KUBEFLOW_VERSION,
+                namespace,
+                plural,
+                name,
+            )
+        except KubeNotFound:
+            found = {}
+        self._owners.pop(job.uid, None)  # (kept for a retry when the read did not answer)
+        if str((found.get("metadata") or {}).get("uid") or "") == owner[1]:
+            return False
+        self._lost[job.uid] = attempt
+        log.warning(
+            "%s %s/%s was deleted while no worker watched",
+            plural,
+            namespace,
+            name,
+            extra=self._extra(job.uid),
+        )
+        self.losses.put_nowait(JobObjectLost(job.uid, attempt, f"{job.kind} {name}"))
+        return True
+
     def wanted(self, job: AnyJob) -> bool:
         return job.kind in self.served and job.API_VERSION == API_VERSION
 
@@ -321,10 +372,12 @@ class JobObjects:
         the cluster does not serve. One of that name that is not this job's is refused."""
         if not self.wanted(job) or self._lost.get(job.uid) == attempt:
             return None  # (someone else deleted this attempt's: the job fails, not made again)
-        self._lost.pop(job.uid, None)
         known = self._refs.get(job.uid)
         if known is not None and self._attempts.get(job.uid) == attempt:
             return known
+        if await self._deleted_while_away(job, attempt):
+            return None
+        self._lost.pop(job.uid, None)
         plural = DELEGATED_PLURALS[job.kind]
         namespace, name = job.metadata.namespace, job.metadata.name
         custom = self.api.custom
