@@ -35,10 +35,10 @@ another spec, deleted with the job (found by label)."""
 _DELEGATED_JOB_VERBS = ["create", "get", "list", "watch", "patch", "delete"]
 """A delegated job's CR: created (409: read to see whose it is), watched for its status,
 patched to suspend or resume it, deleted with the job."""
-_OWNED_JOB_VERBS = ["create", "get", "patch", "delete"]
+_OWNED_JOB_VERBS = ["create", "get", "list", "watch", "patch", "delete"]
 """A direct-mode job's own CR: created (409: read to see whose it is), its `suspend` patched
-to follow the job's, deleted with the job (found by name or by its objects'
-ownerReferences: never listed)."""
+to follow the job's, watched so that a deletion by someone else reaches the job, deleted with
+the job (found by name or by its objects' ownerReferences)."""
 
 
 def namespace_manifest(name: str) -> dict[str, Any]:

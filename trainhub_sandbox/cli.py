@@ -95,6 +95,16 @@ def sandbox_up_command(
             "(`kubectl get pytorchjobs`). Taken from its Go module (cached after one build).",
         ),
     ] = False,
+    garbage_collector: Annotated[
+        bool,
+        typer.Option(
+            "--garbage-collector",
+            help="Every member cluster also runs kube-controller-manager with only its garbage "
+            "collector (what a deleted owner owned is deleted, e.g. a job's pods with its "
+            "CR); built from the Kubernetes module on first use (about 1.5 min after the "
+            "apiserver's build, then cached).",
+        ),
+    ] = False,
 ) -> None:
     """Start the sandbox; it keeps running until `trainhub sandbox down`."""
     from trainhub_sandbox.control import sandbox_up
@@ -114,6 +124,7 @@ def sandbox_up_command(
             gang_scheduler=gang_scheduler,
             training_operator=training_operator,
             kubeflow_crds=kubeflow_crds,
+            garbage_collector=garbage_collector,
         )
     except (SandboxError, OSError, ValueError) as exc:
         raise fail(str(exc)) from None
@@ -132,6 +143,8 @@ def sandbox_up_command(
             extras.append("Training Operator")
         elif cluster.get("kubeflowCrds"):
             extras.append("Kubeflow CRDs")
+        if cluster.get("garbageCollector"):
+            extras.append("garbage collector")
         shown = f" ({', '.join(extras)})" if extras else ""
         console.print(f"cluster {cluster['name']}: kubeconfig {cluster['kubeconfig']}{shown}")
 

@@ -87,6 +87,7 @@ def sandbox_up(
     gang_scheduler: str | None = None,
     training_operator: bool = False,
     kubeflow_crds: bool = False,
+    garbage_collector: bool = False,
 ) -> SandboxState:
     """Start the broker (with a SCRAM user) and `count` member clusters; refuse if running.
 
@@ -104,7 +105,8 @@ def sandbox_up(
 
     `training_operator`: every member cluster also runs the Kubeflow Training Operator, and
     its worker identity may hand it jobs (delegate mode). `kubeflow_crds`: only its CRDs are
-    installed (each direct-mode job gets its own object there)."""
+    installed (each direct-mode job gets its own object there). `garbage_collector`: every
+    member cluster also runs kube-controller-manager's garbage collector."""
     root = sandbox_dir()
     existing = read_state(root)
     if brokers < 1:
@@ -124,6 +126,8 @@ def sandbox_up(
         specs = [replace(spec, training_operator=True) for spec in specs]
     if kubeflow_crds:
         specs = [replace(spec, kubeflow_crds=True) for spec in specs]
+    if garbage_collector:
+        specs = [replace(spec, garbage_collector=True) for spec in specs]
     served = list(acl_clusters) or [spec.name for spec in specs] or ["cluster-1"]
     users = role_users(served) if acls else []
     passwords = {SCRAM_USER: password, **{user.name: os.urandom(12).hex() for user in users}}
@@ -180,6 +184,7 @@ def sandbox_up(
                     "gangScheduler": cluster.gang_scheduler,
                     "trainingOperator": cluster.training_operator,
                     "kubeflowCrds": cluster.kubeflow_crds,
+                    "garbageCollector": cluster.garbage_collector,
                 }
             )
     state = SandboxState(kafka=kafka, clusters=clusters)

@@ -1,4 +1,5 @@
-"""Build etcd, kube-apiserver, kube-scheduler and kwok from Go modules into a versioned cache.
+"""Build etcd, kube-apiserver, kube-scheduler, kwok (and, for clusters that garbage-collect,
+kube-controller-manager) from Go modules into a versioned cache.
 
 The sandbox's member clusters run these binaries directly; nothing is downloaded prebuilt.
 """
@@ -32,6 +33,7 @@ ETCD_VERSION = "v3.6.8"
 KWOK_VERSION = "v0.8.0"
 
 KUBE_COMMANDS = ("kube-apiserver", "kube-scheduler")
+CONTROLLER_MANAGER = "kube-controller-manager"
 _WRAPPER_GO_VERSION = "1.26.0"
 _OUTPUT_TAIL_LINES = 60
 
@@ -73,10 +75,27 @@ def build_kube_binaries(cache_dir: Path | None = None) -> KubeBinaries:
         if not _is_current(bin_dir, "etcd", ETCD_VERSION):
             _build_etcd(root / "src" / "etcd", bin_dir)
         if not all(_is_current(bin_dir, name, KUBERNETES_VERSION) for name in KUBE_COMMANDS):
-            _build_kubernetes(root / "src" / "kubernetes", bin_dir)
+            _build_kubernetes(root / "src" / "kubernetes", bin_dir, KUBE_COMMANDS)
         if not _is_current(bin_dir, "kwok", KWOK_VERSION):
             _build_kwok(root / "src" / "kwok", bin_dir)
     return binaries
+
+
+def build_controller_manager(cache_dir: Path | None = None) -> Path:
+    """Return kube-controller-manager of the same Kubernetes release, building it if missing.
+
+    Only the clusters that garbage-collect run it, so it is built apart from the other
+    binaries, from its own wrapper module; the Go build cache shares what it has in common with
+    kube-apiserver and kube-scheduler, so after those its own build takes a few minutes.
+    """
+    root = (cache_dir or default_cache_dir()) / f"kube-{KUBERNETES_VERSION}"
+    bin_dir = root / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    with (root / ".lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not _is_current(bin_dir, CONTROLLER_MANAGER, KUBERNETES_VERSION):
+            _build_kubernetes(root / "src" / CONTROLLER_MANAGER, bin_dir, (CONTROLLER_MANAGER,))
+    return bin_dir / CONTROLLER_MANAGER
 
 
 def _stamp_path(bin_dir: Path, name: str) -> Path:
@@ -114,11 +133,11 @@ def _build_etcd(src: Path, bin_dir: Path) -> None:
         _install(built, bin_dir, ETCD_VERSION)
 
 
-def _build_kubernetes(src: Path, bin_dir: Path) -> None:
+def _build_kubernetes(src: Path, bin_dir: Path, commands: tuple[str, ...]) -> None:
     k8s_go_mod = _download_go_mod("k8s.io/kubernetes", KUBERNETES_VERSION)
     replaces = staging_replaces(k8s_go_mod, KUBERNETES_VERSION)
     godebug = [line for line in k8s_go_mod.splitlines() if line.startswith("godebug ")]
-    packages = [f"k8s.io/kubernetes/cmd/{name}" for name in KUBE_COMMANDS]
+    packages = [f"k8s.io/kubernetes/cmd/{name}" for name in commands]
     kubernetes = ("k8s.io/kubernetes", KUBERNETES_VERSION)
     _write_wrapper(
         src, "trainhub.local/sandbox/kubernetes", kubernetes, replaces, godebug, packages
@@ -130,9 +149,9 @@ def _build_kubernetes(src: Path, bin_dir: Path) -> None:
         _go(
             ["build", *_build_flags(), "-ldflags", ldflags, "-o", out + os.sep, *packages],
             src,
-            f"kubernetes {KUBERNETES_VERSION}: compiling {', '.join(KUBE_COMMANDS)}",
+            f"kubernetes {KUBERNETES_VERSION}: compiling {', '.join(commands)}",
         )
-        for name in KUBE_COMMANDS:
+        for name in commands:
             _install(Path(out) / name, bin_dir, KUBERNETES_VERSION)
 
 

@@ -27,9 +27,15 @@ import yaml
 
 from trainhub.member_rbac import WORKER_USER, namespace_manifest, worker_rbac
 from trainhub_sandbox import processes
+from trainhub_sandbox.controller_manager import (
+    CONTROLLER_MANAGER_USER,
+    controller_manager_args,
+    controller_manager_ready,
+)
+from trainhub_sandbox.controller_manager import PROCESS_NAME as CONTROLLER_MANAGER
 from trainhub_sandbox.errors import SandboxError
 from trainhub_sandbox.kube_api import ApiClient
-from trainhub_sandbox.kube_build import KubeBinaries, build_kube_binaries
+from trainhub_sandbox.kube_build import KubeBinaries, build_controller_manager, build_kube_binaries
 from trainhub_sandbox.kube_model import (
     STATE_FILE,
     KubeSandbox,
@@ -331,6 +337,8 @@ def _start_clusters(
     # Its CRDs come from the module the operator is built from (cached after a first build).
     wanted = any(spec.serves_kubeflow_jobs for spec in specs)
     operator = build_training_operator() if wanted else None
+    collects = any(spec.garbage_collector for spec in specs)
+    controller_manager = build_controller_manager() if collects else None
     keys = _service_account_keys(sandbox.workdir)
     pending = [_launch_apiserver(sandbox, spec, bins, keys, deadline) for spec in specs]
     for cluster in pending:
@@ -349,10 +357,32 @@ def _start_clusters(
             member.processes[-1],
             f"{len(member.node_names)} nodes Ready",
         )
+        if controller_manager is not None and member.garbage_collector:
+            member = _start_garbage_collector(sandbox, member, controller_manager, deadline)
         if operator is not None and member.training_operator:
             member = _start_operator(sandbox, member, operator, deadline)
         sandbox.clusters[member.name] = member
         log.info("member cluster %s ready at %s", member.name, member.server)
+
+
+def _start_garbage_collector(
+    sandbox: KubeSandbox, member: MemberCluster, binary: Path, deadline: float
+) -> MemberCluster:
+    """Run kube-controller-manager's garbage collector against the cluster (after its CRDs
+    are established, so that it follows the Kubeflow kinds from its first discovery)."""
+    cluster_dir = member.admin_kubeconfig.parent
+    (port,) = free_ports(1)
+    process = _spawn(
+        sandbox,
+        CONTROLLER_MANAGER,
+        controller_manager_args(binary, cluster_dir / "controller-manager.kubeconfig", port),
+        cluster_dir / "kube-controller-manager.log",
+    )
+    _wait_until(
+        partial(controller_manager_ready, port), deadline, process, "kube-controller-manager"
+    )
+    log.info("garbage collector ready on %s (pid %d)", member.name, process.pid)
+    return replace(member, processes=(*member.processes, process))
 
 
 def _start_operator(
@@ -390,7 +420,8 @@ def _launch_apiserver(
     shutil.rmtree(cluster_dir, ignore_errors=True)
     (cluster_dir / "certs").mkdir(parents=True)
     tokens = {
-        role: secrets.token_hex(16) for role in ("admin", "worker", "scheduler", "kwok", "operator")
+        role: secrets.token_hex(16)
+        for role in ("admin", "worker", "scheduler", "kwok", "operator", "controller-manager")
     }
     token_file = cluster_dir / "tokens.csv"
     token_file.write_text(_token_file(tokens))
@@ -411,8 +442,9 @@ def _launch_apiserver(
         f"--service-account-key-file={public_key}",
         f"--service-account-signing-key-file={private_key}",
         f"--service-cluster-ip-range={_SERVICE_CIDR}",
-        # No kube-controller-manager runs, so nothing would lift the not-ready taint that
-        # TaintNodesByCondition puts on new nodes, nor create service account tokens.
+        # No node lifecycle or service account controller runs (a controller-manager, where
+        # one does, runs only its garbage collector), so nothing would lift the not-ready
+        # taint that TaintNodesByCondition puts on new nodes, nor create service account tokens.
         "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
         "--endpoint-reconciler-type=none",
         "--allow-privileged=true",
@@ -482,6 +514,7 @@ def _launch_workers(
         gang_scheduler=cluster.spec.gang_scheduler,
         training_operator=cluster.spec.training_operator,
         kubeflow_crds=cluster.spec.serves_kubeflow_jobs,
+        garbage_collector=cluster.spec.garbage_collector,
     )
 
 
@@ -518,6 +551,9 @@ def _token_file(tokens: Mapping[str, str]) -> str:
         "scheduler": (_SCHEDULER_USER, ""),
         "kwok": (_KWOK_USER, "system:masters"),
         "operator": (OPERATOR_USER, ""),
+        # The garbage collector reads and deletes every kind, CRDs' included (upstream gives
+        # it its own service account bound to such a role; a master is the sandbox's stand-in).
+        "controller-manager": (CONTROLLER_MANAGER_USER, "system:masters"),
     }
     return "".join(
         f'{tokens[role]},{user},{user},"{group}"\n' for role, (user, group) in users.items()

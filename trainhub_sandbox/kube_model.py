@@ -63,6 +63,9 @@ class MemberClusterPlan:
     """The Training Operator's kubeflow.org CRDs are installed without the operator running
     (a direct-mode worker makes each job's own object there); implied by
     `training_operator`."""
+    garbage_collector: bool = False
+    """kube-controller-manager runs beside it with only its garbage collector: what a deleted
+    owner (a job's CR) owned is deleted, as on a real cluster."""
 
     @property
     def serves_kubeflow_jobs(self) -> bool:
@@ -87,6 +90,7 @@ class MemberClusterPlan:
             gang_scheduler=data.get("gang_scheduler"),
             training_operator=bool(data.get("training_operator", False)),
             kubeflow_crds=bool(data.get("kubeflow_crds", False)),
+            garbage_collector=bool(data.get("garbage_collector", False)),
         )
 
 
@@ -112,6 +116,8 @@ class MemberCluster:
     """The Kubeflow Training Operator runs against it."""
     kubeflow_crds: bool = False
     """It serves the kubeflow.org job CRDs (with or without the operator)."""
+    garbage_collector: bool = False
+    """kube-controller-manager's garbage collector runs against it."""
 
 
 @dataclass

@@ -155,6 +155,13 @@ class DecisionExecutor:
         if not isinstance(error, WorkStillQueued):
             log.warning("interrupted work still refused: %s", error, extra=self._extra())
 
+    async def object_deleted(self, run: JobRun, what: str) -> None:
+        """Someone else deleted the job's own object before the run ended (`what` names it):
+        as when the cluster refuses the job's objects, what is left of the job is deleted
+        (a garbage collector would take it too) and the job fails."""
+        message = f"{what} was deleted on {self._cluster} before it ended."
+        await self._refused(run, BackendError(message))
+
     async def _refused(self, run: JobRun, error: BackendError) -> None:
         """The cluster refused the job's objects for good: remove what exists, fail the job."""
         uid = run.job.uid

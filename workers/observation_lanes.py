@@ -1,5 +1,6 @@
-"""Pod observations handed to their jobs: one lane per job, each in the order the backend made
-them, so that a job busy with long work (creating its pods) holds up only its own."""
+"""Pod observations (and the loss of a job's own object) handed to their jobs: one lane per job,
+each in the order the backend made them, so that a job busy with long work (creating its pods)
+holds up only its own."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 
 from bus.aiotasks import TaskOwner
-from workers.backends.base import BackendError, PodObservation
+from workers.backends.base import BackendError, JobObjectLost, PodObservation
 from workers.job_locks import JobLocks
 
 log = logging.getLogger(__name__)
+
+Observation = PodObservation | JobObjectLost
 
 
 class ObservationLanes:
@@ -22,24 +25,33 @@ class ObservationLanes:
     def __init__(
         self,
         queue: asyncio.Queue[PodObservation],
-        handle: Callable[[PodObservation], Awaitable[None]],
+        handle: Callable[[Observation], Awaitable[None]],
         *,
+        losses: asyncio.Queue[JobObjectLost] | None = None,
         locks: JobLocks,
         tasks: TaskOwner,
         cluster: str,
     ) -> None:
         self._queue = queue
+        self._losses: asyncio.Queue[JobObjectLost] = asyncio.Queue() if losses is None else losses
         self._handle = handle
         self._locks = locks
         self._tasks = tasks
         self._cluster = cluster
-        self._lanes: dict[str, deque[PodObservation]] = {}
+        self._lanes: dict[str, deque[Observation]] = {}
 
     async def run(self) -> None:
-        while True:
-            self._route(await self._queue.get())
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._route_from(self._queue))
+            group.create_task(self._route_from(self._losses))
 
-    def _route(self, observation: PodObservation) -> None:
+    async def _route_from(
+        self, queue: asyncio.Queue[PodObservation] | asyncio.Queue[JobObjectLost]
+    ) -> None:
+        while True:
+            self._route(await queue.get())
+
+    def _route(self, observation: Observation) -> None:
         uid = observation.job_uid
         lane = self._lanes.get(uid)
         if lane is None:
@@ -47,7 +59,7 @@ class ObservationLanes:
             self._tasks.spawn(self._follow(uid, lane), f"observe-{uid}")
         lane.append(observation)
 
-    async def _follow(self, uid: str, lane: deque[PodObservation]) -> None:
+    async def _follow(self, uid: str, lane: deque[Observation]) -> None:
         try:
             async with self._locks.job(uid):
                 while lane:
@@ -60,8 +72,8 @@ class ObservationLanes:
                         # What the observation decided stays queued: the catch-up loop
                         # retries it.
                         log.warning(
-                            "pod %s: not carried out yet: %s",
-                            observation.name,
+                            "%s: not carried out yet: %s",
+                            _named(observation),
                             error,
                             extra={"cluster": self._cluster, "job": uid},
                         )
@@ -75,6 +87,14 @@ class ObservationLanes:
         in its lane, then those still queued (every job's are routed to their lanes)."""
         while not self._queue.empty():
             self._route(self._queue.get_nowait())
+        while not self._losses.empty():
+            self._route(self._losses.get_nowait())
         lane = self._lanes.get(uid)
         while lane:
             await self._handle(lane.popleft())
+
+
+def _named(observation: Observation) -> str:
+    if isinstance(observation, JobObjectLost):
+        return f"the deletion of {observation.what}"
+    return f"pod {observation.name}"

@@ -48,6 +48,7 @@ from workers.backends.base import (
     BACKEND_RETRY,
     Backend,
     BackendError,
+    JobObjectLost,
     PodObservation,
     is_transient,
 )
@@ -156,6 +157,7 @@ class Worker:
         self._observations = ObservationLanes(
             backend.observations,
             self._observe,
+            losses=backend.job_object_losses,
             locks=self._locks,
             tasks=self._tasks,
             cluster=config.cluster,
@@ -421,11 +423,17 @@ class Worker:
 
     # -- pods -----------------------------------------------------------------------------
 
-    async def _observe(self, obs: PodObservation) -> None:
-        """One observation of a job's pod (its lock is held; see `ObservationLanes`)."""
+    async def _observe(self, obs: PodObservation | JobObjectLost) -> None:
+        """One observation of a job's pod, or the loss of its own object (its lock is held;
+        see `ObservationLanes`)."""
         run = self.runs.get(obs.job_uid)
-        if run is not None:
+        if run is None:
+            return
+        if isinstance(obs, PodObservation):
             await self._executor.decide(run, run.observe(obs))
+        elif obs.attempt in (None, run.attempt) and not run.finished:
+            # As in delegate mode when the operator's object goes: the job fails.
+            await self._executor.object_deleted(run, obs.what)
 
     def _delegated_run_finished(self, run: JobRun) -> None:
         """A delegated run ended: it leaves after its retention, and its room is reported."""

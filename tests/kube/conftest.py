@@ -12,7 +12,7 @@ import pytest
 
 from tests.kube.sandbox_access import worker_backend
 from trainhub_sandbox.errors import SandboxError
-from trainhub_sandbox.kube_build import build_kube_binaries, kube_bin_dir
+from trainhub_sandbox.kube_build import build_controller_manager, build_kube_binaries, kube_bin_dir
 from trainhub_sandbox.kube_cluster import (
     KubeSandbox,
     KwokNodeGroup,
@@ -51,10 +51,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     timeout, which would otherwise count it against the first kube test's setup."""
     used = [set(getattr(item, "fixturenames", ())) for item in session.items]
     sandboxes = {"kube_sandbox", "fleet_sandbox", "gang_sandbox", "operator_sandbox"}
-    sandboxes.add("conformance_sandbox")
+    sandboxes |= {"conformance_sandbox", "crd_sandbox"}
     wanted = any(sandboxes & names for names in used)
     gangs = any("gang_sandbox" in names for names in used)
-    operators = any(names & {"operator_sandbox", "conformance_sandbox"} for names in used)
+    operators = any(
+        names & {"operator_sandbox", "conformance_sandbox", "crd_sandbox"} for names in used
+    )
+    collectors = any("crd_sandbox" in names for names in used)  # its garbage collector
     if not wanted or session.config.option.collectonly or _missing_go():
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
@@ -67,6 +70,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             build_scheduler_plugins()
         if operators:
             build_training_operator()
+        if collectors:
+            build_controller_manager()
     except SandboxError as error:
         session.config.stash[_BUILD_ERROR] = error
         return

@@ -1,11 +1,13 @@
 """The job's own Kubeflow object on a member cluster in direct mode: where the cluster serves
 the kubeflow.org CRDs (and no operator runs), a PyTorchJob run by trainhub's worker is a
 pytorchjobs object whose status the worker keeps as the operator would, owning its pods and
-Services; a Training Operator running there leaves that object alone; a cluster without the
-CRDs runs the job as before."""
+Services; deleted there by someone else, the job fails and the garbage collector takes what
+it owned (with or without the worker); a Training Operator running there leaves that object
+alone; a cluster without the CRDs runs the job as before."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,7 @@ from tests.kube.test_kube_delegation import (
     fleet,
 )
 from trainhub.producer import request, submit_document
-from trainhub_sandbox.kube_build import build_kube_binaries
+from trainhub_sandbox.kube_build import build_controller_manager, build_kube_binaries
 from trainhub_sandbox.kube_cluster import (
     KubeSandbox,
     KwokNodeGroup,
@@ -45,7 +47,9 @@ pytestmark = pytest.mark.kube
 __all__ = ["fleet"]  # the fixture, shared with the delegation tests
 
 _POOL = (KwokNodeGroup(count=2, cpu="16", memory="64Gi"),)
-CRDS = MemberClusterPlan("crds", pools=_POOL, kubeflow_crds=True)
+# The only cluster of the module with a garbage collector (kube-controller-manager): ops shows
+# what the worker itself does where none runs.
+CRDS = MemberClusterPlan("crds", pools=_POOL, kubeflow_crds=True, garbage_collector=True)
 OPS = MemberClusterPlan("ops", pools=_POOL, training_operator=True)
 PLAIN = MemberClusterPlan("plain", pools=_POOL)
 
@@ -54,8 +58,8 @@ PLAIN = MemberClusterPlan("plain", pools=_POOL)
 def crd_sandbox(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[KubeSandbox]:
-    """crds serves the Kubeflow CRDs with no operator; ops runs the Training Operator;
-    plain has neither. Started once for the module."""
+    """crds serves the Kubeflow CRDs with no operator, and garbage-collects; ops runs the
+    Training Operator; plain has neither. Started once for the module."""
     if _missing_go():
         pytest.skip("the Kubernetes sandbox is built with `go`, which is not on PATH")
     build_error = request.config.stash.get(_BUILD_ERROR, None)
@@ -63,6 +67,7 @@ def crd_sandbox(
         pytest.fail(f"building the sandbox binaries failed: {build_error}", pytrace=False)
     binaries = build_kube_binaries()
     build_training_operator()  # cached after the first build (a few minutes)
+    build_controller_manager()  # cached after the first build (1-2 minutes after the rest)
     workdir: Path = tmp_path_factory.mktemp("crd-sandbox")
     sandbox = start_member_clusters([CRDS, OPS, PLAIN], workdir, binaries=binaries, timeout=240)
     try:
@@ -199,6 +204,102 @@ async def test_a_suspension_through_the_hub_is_the_object_s_too(
         return found == 404
 
     await _until(gone, 30, "the deleted job's object to go")
+
+
+async def _running_with_owned_pods(
+    fleet: Fleet, cluster: MemberCluster, name: str
+) -> tuple[str, dict[str, Any]]:
+    """Submit a long PyTorchJob; return its uid and its object once its two pods and
+    Services exist, owned by that object."""
+    uid = await submit_document(fleet.bus, fleet.topics, _pytorchjob(name, "300s"))
+    await fleet.wait(
+        lambda: (last := fleet.last(uid)) is not None and last.phase == JobPhase.RUNNING,
+        60,
+        "Running",
+    )
+    _, job = await admin_request(cluster, "GET", _path("PyTorchJob", name))
+
+    async def owned() -> bool:
+        objects = await job_objects(cluster, "pods", uid) + await job_objects(
+            cluster, "services", uid
+        )
+        return len(objects) == 4 and all(
+            o["metadata"].get("ownerReferences") == [_owner(job)] for o in objects
+        )
+
+    await _until(owned, 30, "two pods and two Services owned by the object")
+    return uid, job
+
+
+async def _nothing_left(cluster: MemberCluster, uid: str) -> bool:
+    return not await job_objects(cluster, "pods", uid) and not await job_objects(
+        cluster, "services", uid
+    )
+
+
+async def _deleted_behind_trainhub(cluster: MemberCluster, name: str) -> None:
+    """`kubectl delete pytorchjob NAME` (background propagation, kubectl's default)."""
+    path = _path("PyTorchJob", name) + "?propagationPolicy=Background"
+    status, reply = await admin_request(cluster, "DELETE", path)
+    assert status == 200, reply
+
+
+async def test_an_object_deleted_on_the_member_fails_its_job_and_takes_its_pods(
+    crd_sandbox: KubeSandbox, fleet: Fleet
+) -> None:
+    crds = crd_sandbox.clusters["crds"]
+    await _add_worker(fleet, crds, _direct(crds))
+    uid, _ = await _running_with_owned_pods(fleet, crds, "deleted-behind")
+
+    await _deleted_behind_trainhub(crds, "deleted-behind")
+    await fleet.wait_finished([uid], 60)
+    last = fleet.last(uid)
+    assert last is not None and last.phase == JobPhase.FAILED, fleet.phases(uid)
+    assert last.message is not None
+    assert "PyTorchJob deleted-behind was deleted on crds before it ended" in last.message
+    await _until(lambda: _nothing_left(crds, uid), 30, "its pods and Services to go")
+    # Not made again for the failed run.
+    found, _ = await admin_request(crds, "GET", _path("PyTorchJob", "deleted-behind"))
+    assert found == 404
+
+
+async def test_without_its_worker_the_garbage_collector_takes_what_the_object_owned(
+    crd_sandbox: KubeSandbox, fleet: Fleet
+) -> None:
+    """The worker is lost (stopped here: nothing of trainhub deletes anything), then the
+    object is deleted: the cluster's garbage collector leaves no orphans."""
+    crds = crd_sandbox.clusters["crds"]
+    worker = await _add_worker(fleet, crds, _direct(crds))
+    uid, _ = await _running_with_owned_pods(fleet, crds, "orphaned")
+    await worker.stop()
+    fleet.workers.remove(worker)
+
+    await _deleted_behind_trainhub(crds, "orphaned")
+    await _until(lambda: _nothing_left(crds, uid), 30, "the garbage collector to take them")
+
+
+async def test_a_restarted_worker_fails_a_job_whose_object_went_while_it_was_away(
+    crd_sandbox: KubeSandbox, fleet: Fleet
+) -> None:
+    """On ops no garbage collector runs: the pods outlive the object until the restarted
+    worker, finding their owner gone, fails the job and deletes them (no orphans either)."""
+    ops = crd_sandbox.clusters["ops"]
+    worker = await _add_worker(fleet, ops, _direct(ops))
+    uid, _ = await _running_with_owned_pods(fleet, ops, "gone-while-away")
+    await worker.stop()
+    fleet.workers.remove(worker)
+    await _deleted_behind_trainhub(ops, "gone-while-away")
+    await asyncio.sleep(2)
+    assert len(await job_objects(ops, "pods", uid)) == 2  # nothing collects them here
+
+    await _add_worker(fleet, ops, _direct(ops))
+    await fleet.wait_finished([uid], 60)
+    last = fleet.last(uid)
+    assert last is not None and last.phase == JobPhase.FAILED, fleet.phases(uid)
+    assert "PyTorchJob gone-while-away was deleted on ops before it ended" in (last.message or "")
+    await _until(lambda: _nothing_left(ops, uid), 30, "its pods and Services to go")
+    found, _ = await admin_request(ops, "GET", _path("PyTorchJob", "gone-while-away"))
+    assert found == 404
 
 
 async def test_a_job_whose_name_another_object_holds_fails_and_leaves_it_be(

@@ -108,31 +108,32 @@ def test_a_gang_scheduler_adds_its_pod_groups_and_priority_classes_only() -> Non
     assert code != 0 and "volcano or scheduler-plugins" in output
 
 
-def test_delegate_mode_adds_only_the_kubeflow_jobs_in_the_accepted_namespaces() -> None:
+def test_delegate_mode_grants_the_kubeflow_jobs_only_in_the_accepted_namespaces() -> None:
     code, plain, _ = _print("-n", "team-a")
     assert code == 0
     code, delegating, _ = _print("-n", "team-a", "--delegate")
     assert code == 0
-    # The same objects, the namespaced Role with one more rule: nothing cluster-wide grows.
+    # The same objects, the namespaced Role with the same rule on the jobs (direct mode
+    # watches its own objects too) and without their status: nothing cluster-wide grows.
     assert [o["kind"] for o in delegating] == [o["kind"] for o in plain]
     assert [o for o in delegating if o["kind"] != "Role"] == [
         o for o in plain if o["kind"] != "Role"
     ]
     (role,) = [o for o in delegating if o["kind"] == "Role"]
     (before,) = [o for o in plain if o["kind"] == "Role"]
-    added = [r for r in role["rules"] if r not in before["rules"]]
-    assert added == [
+    plurals = ["pytorchjobs", "tfjobs", "xgboostjobs", "paddlejobs", "jaxjobs", "mpijobs"]
+    jobs = {
+        "apiGroups": ["kubeflow.org"],
+        "resources": plurals,
+        "verbs": ["create", "get", "list", "watch", "patch", "delete"],
+    }
+    assert jobs in role["rules"] and jobs in before["rules"]
+    assert [r for r in role["rules"] if r not in before["rules"]] == []
+    assert [r for r in before["rules"] if r not in role["rules"]] == [
         {
             "apiGroups": ["kubeflow.org"],
-            "resources": [
-                "pytorchjobs",
-                "tfjobs",
-                "xgboostjobs",
-                "paddlejobs",
-                "jaxjobs",
-                "mpijobs",
-            ],
-            "verbs": ["create", "get", "list", "watch", "patch", "delete"],
+            "resources": [f"{p}/status" for p in plurals],
+            "verbs": ["patch"],
         }
     ]
 
@@ -147,7 +148,7 @@ def test_direct_mode_may_make_each_jobs_own_object_and_write_its_status_only() -
         {
             "apiGroups": ["kubeflow.org"],
             "resources": plurals,
-            "verbs": ["create", "get", "patch", "delete"],
+            "verbs": ["create", "get", "list", "watch", "patch", "delete"],
         },
         {
             "apiGroups": ["kubeflow.org"],

@@ -1,12 +1,25 @@
 """The job's own Kubeflow object in direct mode, without a cluster: its status in the
-Training Operator's shape, and the ownerReferences that lead back to it."""
+Training Operator's shape, the ownerReferences that lead back to it, and what its watch
+makes of it going."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
+from types import SimpleNamespace
+from typing import Any, cast
 
+from schemas.job_parsing import parse_job
 from schemas.status import JobCondition, JobStatus, ReplicaStatus
-from workers.backends.kube_job_object import JobObjectRef, owned_by_job_object, status_body
+from tests.workers.job_documents import job_document, replica
+from workers.backends.base import JobObjectLost
+from workers.backends.kube_client import KubeApi, KubeNotFound
+from workers.backends.kube_job_object import (
+    JobObjectRef,
+    JobObjects,
+    owned_by_job_object,
+    status_body,
+)
+from workers.rendering import LABEL_ATTEMPT, LABEL_JOB_UID
 
 
 def test_the_status_is_written_as_the_operator_writes_it() -> None:
@@ -79,3 +92,91 @@ def test_an_object_s_controller_reference_names_its_job_object() -> None:
     other = {**ref.owner_reference(), "apiVersion": "batch/v1", "kind": "Job"}
     assert owned_by_job_object({"metadata": {"ownerReferences": [other]}}) is None
     assert owned_by_job_object({"metadata": {}}) is None
+
+
+def _held(job_uid: str, object_uid: str, attempt: int = 1) -> JobObjects:
+    """JobObjects holding the job's object as `ensure` leaves it (no API is called here)."""
+    objects = JobObjects(cast(KubeApi, None), "east")
+    objects.served = {"PyTorchJob"}
+    objects._refs[job_uid] = JobObjectRef("PyTorchJob", "default", "obj", object_uid)
+    objects._attempts[job_uid] = attempt
+    return objects
+
+
+def _object(job_uid: str, object_uid: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": "obj",
+            "namespace": "default",
+            "uid": object_uid,
+            "labels": {LABEL_JOB_UID: job_uid},
+        }
+    }
+
+
+async def test_the_held_object_deleted_by_someone_else_is_told_once_and_not_made_again() -> None:
+    objects = _held("job-1", "cr-1", attempt=2)
+    await objects._on_object("pytorchjobs", "ADDED", _object("job-1", "cr-1"))
+    assert objects.losses.empty()
+    await objects._on_object("pytorchjobs", "DELETED", _object("job-1", "cr-1"))
+    assert objects.losses.get_nowait() == JobObjectLost("job-1", 2, "PyTorchJob obj")
+    assert objects.ref("job-1") is None  # nothing is owned by it, written or deleted any more
+    document = job_document("PyTorchJob", "obj", {"Master": replica(1)})
+    document["metadata"]["uid"] = "job-1"
+    job = parse_job(document)
+    # The same attempt does not make it again (the job fails); a later one would.
+    assert await objects.ensure(job, 2) is None
+    await objects._on_object("pytorchjobs", "DELETED", _object("job-1", "cr-1"))
+    assert objects.losses.empty()
+
+
+async def test_another_object_of_the_job_going_is_no_news() -> None:
+    objects = _held("job-1", "cr-2")
+    # The previous attempt's object, deleted by the worker itself before it made this one.
+    await objects._on_object("pytorchjobs", "DELETED", _object("job-1", "cr-1"))
+    await objects._on_object("pytorchjobs", "DELETED", _object("job-2", "cr-9"))
+    assert objects.losses.empty()
+    assert objects.ref("job-1") is not None
+
+
+async def test_a_relist_without_an_object_seen_before_saw_it_go() -> None:
+    objects = _held("job-1", "cr-1")
+    objects._refs["job-2"] = JobObjectRef("PyTorchJob", "default", "other", "cr-2")
+    await objects._on_object("pytorchjobs", "LISTED", _object("job-1", "cr-1"))
+    # cr-2 was made after the list began (never seen): its absence from the list is no news.
+    objects._on_listed("pytorchjobs", "default", set())
+    assert objects.losses.get_nowait().job_uid == "job-1"
+    assert objects.losses.empty()
+    assert objects.ref("job-2") is not None
+
+
+class _NothingThere:
+    """An API whose every read answers 404."""
+
+    custom = SimpleNamespace(get_namespaced_custom_object=None)
+
+    async def call(self, *args: Any, **kw: Any) -> dict[str, Any]:
+        raise KubeNotFound("not found", 404, "NotFound")
+
+
+async def test_an_object_gone_while_no_worker_watched_is_found_missing_at_adoption() -> None:
+    """A restarted worker lists the job's objects (adoption): the owner they name is gone,
+    so the run's object is not made again and the loss is told."""
+    objects = JobObjects(cast(KubeApi, _NothingThere()), "east")
+    objects.served = {"PyTorchJob"}
+    owner = JobObjectRef("PyTorchJob", "default", "obj", "cr-1").owner_reference()
+    pod = {
+        "metadata": {
+            "name": "obj-master-0",
+            "namespace": "default",
+            "labels": {LABEL_JOB_UID: "job-1", LABEL_ATTEMPT: "2"},
+            "ownerReferences": [owner],
+        }
+    }
+    objects.note_owners([pod])
+    document = job_document("PyTorchJob", "obj", {"Master": replica(1)})
+    document["metadata"]["uid"] = "job-1"
+    assert await objects.ensure(parse_job(document), 2) is None
+    assert objects.losses.get_nowait() == JobObjectLost("job-1", 2, "PyTorchJob obj")
+    assert await objects.ensure(parse_job(document), 2) is None  # asked again: no API call
+    assert objects.losses.empty()

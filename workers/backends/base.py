@@ -64,6 +64,17 @@ class PodObservation:
     another pod, with restart counts of its own."""
 
 
+@dataclass(frozen=True)
+class JobObjectLost:
+    """The job's own object (its CR on a member cluster in direct mode) was deleted by
+    someone else while the worker held it for `attempt`."""
+
+    job_uid: str
+    attempt: int | None
+    what: str
+    """`<Kind> <name>`, as messages name the job."""
+
+
 @dataclass
 class Capacity:
     nodes: list[NodeSnapshot]
@@ -85,6 +96,8 @@ class Backend(abc.ABC):
 
     def __init__(self) -> None:
         self.observations: asyncio.Queue[PodObservation] = asyncio.Queue()
+        self.job_object_losses: asyncio.Queue[JobObjectLost] = asyncio.Queue()
+        """Jobs whose own object someone else deleted (only backends that make one say so)."""
 
     def network(self) -> Network:
         """A network view for one job's rendering (local backends remap its ports)."""

@@ -4,8 +4,8 @@ Pods and headless services (and the ConfigMaps and launcher access some kinds ne
 gang scheduler the job's PodGroup) are created idempotently from their rendered manifests, our
 pods are watched (list + watch, 410 relist) into observations, and capacity is read from the
 nodes (followed by a watch) and every pod bound to them (listed for each heartbeat). Where the
-cluster serves the job's kubeflow.org kind, the job's own CR is made first and owns the rest
-(kube_job_object.py).
+cluster serves the job's kubeflow.org kind, the job's own CR is made first and owns the rest,
+and is watched for a deletion by someone else (kube_job_object.py).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from workers.backends.kube_client import (
     KubeRetryPolicy,
     connect,
 )
-from workers.backends.kube_job_object import JobObjects, owned_by_job_object
+from workers.backends.kube_job_object import JobObjects, JobObjectWatch, owned_by_job_object
 from workers.backends.kube_nodes import NodeCache
 from workers.backends.kube_resources import (
     JOB_RESOURCES,
@@ -106,6 +106,8 @@ class KubeBackend(Backend):
         self.retry = retry or KubeRetryPolicy()
         self.watch_timeout_seconds = watch_timeout_seconds
         self.watches: list[PodWatch] = []
+        self.object_watches: list[JobObjectWatch] = []
+        """The watches of the jobs' own objects (direct mode, a cluster with the CRDs)."""
         self.observer = PodObserver()
         self._api: KubeApi | None = None
         self._tasks = TaskOwner(f"kube-{cluster}")
@@ -136,6 +138,10 @@ class KubeBackend(Backend):
             if self.owns_by_job_object:
                 self.job_objects = await self._discover_job_objects()
             self.watches = await self._initial_watches()
+            if self.job_objects is not None:
+                self.object_watches = await self.job_objects.listed_watches(
+                    self.namespaces, self.watch_timeout_seconds
+                )
             nodes = NodeCache(self.api, timeout_seconds=self.watch_timeout_seconds)
             await nodes.load()
         except BaseException:
@@ -143,6 +149,9 @@ class KubeBackend(Backend):
             raise
         for watch in self.watches:
             self._tasks.spawn(watch.run(), f"watch-{watch.namespace or 'all'}")
+        for objects in self.object_watches:
+            scope = objects.namespace or "all"
+            self._tasks.spawn(objects.run(), f"watch-{objects.resource}-{scope}")
         nodes.follow(self._tasks.spawn(nodes.watch.run(), "watch-nodes"))
         self._nodes = nodes
         scopes = ", ".join(w.namespace or "all namespaces" for w in self.watches)
@@ -151,7 +160,7 @@ class KubeBackend(Backend):
     async def _discover_job_objects(self) -> JobObjects | None:
         """The kinds whose Kubeflow CRD the cluster serves; None when it serves none (or
         its discovery cannot be read): then nothing changes from a cluster without them."""
-        objects = JobObjects(self.api, self.cluster)
+        objects = JobObjects(self.api, self.cluster, self.job_object_losses)
         try:
             await objects.discover()
         except KubeError as error:
@@ -596,10 +605,14 @@ class KubeBackend(Backend):
             return_exceptions=True,
         )
         uids: set[str] = set()
+        found: list[dict[str, Any]] = []
         for objects in listed:
             if isinstance(objects, BaseException):
                 raise objects
             uids.update(uid for uid in map(job_uid_of, objects) if uid is not None)
+            found.extend(objects)
+        if self.job_objects is not None:
+            self.job_objects.note_owners(found)
         return uids
 
     def forget_job(self, job_uid: str) -> None:

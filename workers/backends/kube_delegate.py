@@ -25,8 +25,8 @@ from workers.backends.delegated_kinds import (
 from workers.backends.delegating import DelegatedStatus, DelegatingBackend
 from workers.backends.kube import MANAGED_SELECTOR, KubeBackend
 from workers.backends.kube_capacity import job_uid_of
-from workers.backends.kube_client import KubeApi, KubeConflict, KubeNotFound
-from workers.backends.kube_job_object import job_object
+from workers.backends.kube_client import KubeConflict, KubeNotFound
+from workers.backends.kube_job_object import JobObjectWatch, job_object
 from workers.backends.kube_resources import custom_object_methods
 from workers.backends.kube_watch import PodWatch
 from workers.rendering import LABEL_ATTEMPT, LABEL_JOB_UID
@@ -39,31 +39,6 @@ _MERGE_PATCH = "application/merge-patch+json"
 def _attempt_of(obj: Mapping[str, Any]) -> int | None:
     value = ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_ATTEMPT)
     return int(value) if isinstance(value, str) and value.isdigit() else None
-
-
-class JobObjectWatch(PodWatch):
-    """Our objects of one Kubeflow kind in one scope, followed as pods are."""
-
-    def __init__(
-        self, api: KubeApi, plural: str, namespace: str | None, *args: Any, **kw: Any
-    ) -> None:
-        super().__init__(api, namespace, *args, **kw)
-        self.resource = plural
-
-    def _list_method(self) -> tuple[Any, tuple[Any, ...]]:
-        custom = self.api.custom
-        if self.namespace is None:
-            return custom.list_cluster_custom_object, (
-                KUBEFLOW_GROUP,
-                KUBEFLOW_VERSION,
-                self.resource,
-            )
-        return custom.list_namespaced_custom_object, (
-            KUBEFLOW_GROUP,
-            KUBEFLOW_VERSION,
-            self.namespace,
-            self.resource,
-        )
 
 
 class KubeDelegateBackend(KubeBackend, DelegatingBackend):

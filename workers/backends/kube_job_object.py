@@ -2,13 +2,16 @@
 the kind's kubeflow.org CRD, the worker creates the job's CR (`runPolicy.managedBy:
 trainhub.io/dispatcher`, so a Training Operator there leaves it alone), owns the job's objects
 by it, and writes the run's status into its status subresource (and a suspension into its
-`runPolicy.suspend`) as the operator would."""
+`runPolicy.suspend`) as the operator would. The objects are watched, so that one deleted by
+someone else (`kubectl delete pytorchjob`) is told to the worker as a `JobObjectLost`."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -16,15 +19,24 @@ from typing import Any
 from schemas.kubeflow import AnyJob
 from schemas.run_policy import TRAINHUB_MANAGER
 from schemas.status import ConditionType, JobStatus
+from workers.backends.base import JobObjectLost
 from workers.backends.delegated_kinds import DELEGATED_PLURALS, KUBEFLOW_GROUP, KUBEFLOW_VERSION
 from workers.backends.kube_capacity import job_uid_of
-from workers.backends.kube_client import KubeApi, KubeConflict, KubeError, KubeNotFound
+from workers.backends.kube_client import (
+    KubeApi,
+    KubeConflict,
+    KubeError,
+    KubeForbidden,
+    KubeNotFound,
+)
+from workers.backends.kube_watch import PodWatch
 from workers.rendering import LABEL_ATTEMPT, LABEL_JOB_UID, LABEL_MANAGED, OPERATOR_NAME
 
 log = logging.getLogger(__name__)
 
 API_VERSION = f"{KUBEFLOW_GROUP}/{KUBEFLOW_VERSION}"
 _MERGE_PATCH = "application/merge-patch+json"
+_MANAGED_SELECTOR = f"{LABEL_MANAGED}={OPERATOR_NAME}"
 
 
 def job_object(job: AnyJob, attempt: int, managed_by: str | None) -> dict[str, Any]:
@@ -136,13 +148,45 @@ def owned_by_job_object(obj: Mapping[str, Any]) -> JobObjectRef | None:
     return None
 
 
+class JobObjectWatch(PodWatch):
+    """Our objects of one Kubeflow kind in one scope, followed as pods are."""
+
+    def __init__(
+        self, api: KubeApi, plural: str, namespace: str | None, *args: Any, **kw: Any
+    ) -> None:
+        super().__init__(api, namespace, *args, **kw)
+        self.resource = plural
+
+    def _list_method(self) -> tuple[Any, tuple[Any, ...]]:
+        custom = self.api.custom
+        if self.namespace is None:
+            return custom.list_cluster_custom_object, (
+                KUBEFLOW_GROUP,
+                KUBEFLOW_VERSION,
+                self.resource,
+            )
+        return custom.list_namespaced_custom_object, (
+            KUBEFLOW_GROUP,
+            KUBEFLOW_VERSION,
+            self.namespace,
+            self.resource,
+        )
+
+
 class JobObjects:
     """The CRs of one member cluster's direct-mode jobs: found served per kind at start (API
     discovery), created idempotently, their status patched, deleted with the job."""
 
-    def __init__(self, api: KubeApi, cluster: str) -> None:
+    def __init__(
+        self,
+        api: KubeApi,
+        cluster: str,
+        losses: asyncio.Queue[JobObjectLost] | None = None,
+    ) -> None:
+        """`losses`: where a job's object deleted by someone else is told."""
         self.api = api
         self.cluster = cluster
+        self.losses: asyncio.Queue[JobObjectLost] = asyncio.Queue() if losses is None else losses
         self.served: set[str] = set()
         """Kinds whose kubeflow.org/v1 resource the cluster serves."""
         self._refs: dict[str, JobObjectRef] = {}
@@ -154,6 +198,15 @@ class JobObjects:
         """job uid -> the status body last written (unchanged ones are not sent again)."""
         self._suspended: dict[str, bool] = {}
         """job uid -> the object's `spec.runPolicy.suspend` as created or last patched."""
+        self._seen: dict[str, tuple[str, str, str]] = {}
+        """object uid -> (job uid, plural, namespace) of every one of our objects the watches
+        have seen: a relist that lacks one saw it go."""
+        self._lost: dict[str, int] = {}
+        """job uid -> the attempt whose object someone else deleted: not made again for it."""
+        self._owners: dict[str, tuple[int, str]] = {}
+        """job uid -> (attempt, object uid) that the job's objects in the cluster name as
+        their owner, from the latest listing of them (adoption, sweeps): a restarted worker
+        knows so which object its adopted runs had."""
 
     def _extra(self, job_uid: str | None = None) -> dict[str, Any]:
         return {"cluster": self.cluster, "job": job_uid}
@@ -181,6 +234,133 @@ class JobObjects:
                 extra=self._extra(),
             )
 
+    def watches(
+        self, namespaces: Sequence[str] | None, timeout_seconds: int
+    ) -> list[JobObjectWatch]:
+        """A watch of our objects for each served kind in each scope (every namespace when
+        `namespaces` is None); `list()` them before running them."""
+        scopes: list[str | None] = list(namespaces) if namespaces is not None else [None]
+        return [
+            JobObjectWatch(
+                self.api,
+                DELEGATED_PLURALS[kind],
+                scope,
+                _MANAGED_SELECTOR,
+                functools.partial(self._on_object, DELEGATED_PLURALS[kind]),
+                functools.partial(self._on_listed, DELEGATED_PLURALS[kind]),
+                timeout_seconds=timeout_seconds,
+            )
+            for kind in sorted(self.served)
+            for scope in scopes
+        ]
+
+    async def listed_watches(
+        self, namespaces: Sequence[str] | None, timeout_seconds: int
+    ) -> list[JobObjectWatch]:
+        """`watches`, each listed once; none when the identity may not list them (an older
+        `member-rbac`): the jobs run as before, only a deletion of their object goes
+        unnoticed."""
+        watches = self.watches(namespaces, timeout_seconds)
+        try:
+            for watch in watches:
+                await watch.list()
+        except KubeForbidden as error:
+            log.warning(
+                "the jobs' own objects are not watched (re-apply `trainhub member-rbac`): %s",
+                error,
+                extra=self._extra(),
+            )
+            return []
+        return watches
+
+    async def _on_object(self, plural: str, event: str, obj: Mapping[str, Any]) -> None:
+        metadata = obj.get("metadata") or {}
+        uid = str(metadata.get("uid") or "")
+        job_uid = job_uid_of(obj)
+        if job_uid is None or not uid:
+            return
+        if event == "DELETED":
+            self._seen.pop(uid, None)
+            self._gone(job_uid, uid)
+            return
+        self._seen[uid] = (job_uid, plural, str(metadata.get("namespace")))
+
+    def _on_listed(self, plural: str, namespace: str | None, uids: set[str]) -> None:
+        """A (re)list of one kind in one scope: objects seen before and missing now went."""
+        for uid, (job_uid, kind, where) in list(self._seen.items()):
+            if kind == plural and namespace in (None, where) and uid not in uids:
+                del self._seen[uid]
+                self._gone(job_uid, uid)
+
+    def _gone(self, job_uid: str, uid: str) -> None:
+        """Object `uid` went. Only the one this worker holds for the job is news (its own
+        deletions forget the job's object before they are made; an older attempt's is
+        another object)."""
+        ref = self._refs.get(job_uid)
+        if ref is None or ref.uid != uid:
+            return
+        attempt = self._attempts.pop(job_uid, None)
+        del self._refs[job_uid]
+        self._written.pop(job_uid, None)
+        self._suspended.pop(job_uid, None)
+        if attempt is not None:
+            self._lost[job_uid] = attempt
+        log.warning(
+            "%s %s/%s was deleted by someone else",
+            ref.plural,
+            ref.namespace,
+            ref.name,
+            extra=self._extra(job_uid),
+        )
+        self.losses.put_nowait(JobObjectLost(job_uid, attempt, f"{ref.kind} {ref.name}"))
+
+    def note_owners(self, objects: Sequence[Mapping[str, Any]]) -> None:
+        """The owners the job's listed objects name (see `_owners`), replacing the last
+        listing's."""
+        self._owners = {}
+        for obj in objects:
+            ref, job_uid = owned_by_job_object(obj), job_uid_of(obj)
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            attempt = str(labels.get(LABEL_ATTEMPT) or "")
+            if ref is not None and job_uid is not None and attempt.isdigit():
+                self._owners[job_uid] = (int(attempt), ref.uid)
+
+    async def _deleted_while_away(self, job: AnyJob, attempt: int) -> bool:
+        """The object that this attempt's objects in the cluster name as their owner is gone
+        (deleted while no worker watched): told as a loss, and not made again."""
+        owner = self._owners.get(job.uid)
+        if owner is None or owner[0] != attempt:
+            return False
+        plural = DELEGATED_PLURALS[job.kind]
+        namespace, name = job.metadata.namespace, job.metadata.name
+        try:
+            found = await self.api.call(
+                "get",
+                plural,
+                namespace,
+                self.api.custom.get_namespaced_custom_object,
+                KUBEFLOW_GROUP,
+                KUBEFLOW_VERSION,
+                namespace,
+                plural,
+                name,
+            )
+        except KubeNotFound:
+            found = {}
+        self._owners.pop(job.uid, None)  # (kept for a retry when the read did not answer)
+        if str((found.get("metadata") or {}).get("uid") or "") == owner[1]:
+            return False
+        self._lost[job.uid] = attempt
+        log.warning(
+            "%s %s/%s was deleted while no worker watched",
+            plural,
+            namespace,
+            name,
+            extra=self._extra(job.uid),
+        )
+        self.losses.put_nowait(JobObjectLost(job.uid, attempt, f"{job.kind} {name}"))
+        return True
+
     def wanted(self, job: AnyJob) -> bool:
         return job.kind in self.served and job.API_VERSION == API_VERSION
 
@@ -190,11 +370,14 @@ class JobObjects:
     async def ensure(self, job: AnyJob, attempt: int) -> JobObjectRef | None:
         """The job's CR, created or found (this job's, by its uid label); None for a kind
         the cluster does not serve. One of that name that is not this job's is refused."""
-        if not self.wanted(job):
-            return None
+        if not self.wanted(job) or self._lost.get(job.uid) == attempt:
+            return None  # (someone else deleted this attempt's: the job fails, not made again)
         known = self._refs.get(job.uid)
         if known is not None and self._attempts.get(job.uid) == attempt:
             return known
+        if await self._deleted_while_away(job, attempt):
+            return None
+        self._lost.pop(job.uid, None)
         plural = DELEGATED_PLURALS[job.kind]
         namespace, name = job.metadata.namespace, job.metadata.name
         custom = self.api.custom
@@ -344,3 +527,4 @@ class JobObjects:
         """The run left the worker: its status is written no more. Where its CR is stays
         known, for a revocation that comes later (its pods may all be gone by then)."""
         self._written.pop(job_uid, None)
+        self._lost.pop(job_uid, None)
