@@ -24,10 +24,10 @@ from workers.worker_config import WorkerConfig
 log = logging.getLogger(__name__)
 
 _SWEEP_ROUNDS = 2
+"""Sweeps one heartbeat may make before a capacity read comes back in time to report it."""
 _STOP_REPORT_S = 2.0
 """How long a stop waits for the bus to take its last report. With the broker gone, a record
 may not even queue: aiokafka holds a send until the partition's earlier batch drains."""
-"""Sweeps one heartbeat may make before a capacity read comes back in time to report it."""
 
 
 class StaleCapacity(BackendError):
