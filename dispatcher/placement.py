@@ -60,6 +60,7 @@ __all__ = [
 EXCLUDED = "excluded for this job for a while: it was handed back or lost here"
 _EXCLUDED_KIND = "excluded for this job"
 _KEPT_PROFILES = 16_384
+_KEPT_SHAPES = 4096
 _new_decision = PlacementDecision.__pydantic_validator__.validate_python
 LISTED_FEASIBLE = 5
 """Feasible clusters a decision lists (the chosen one first, as a rule)."""
@@ -246,12 +247,25 @@ class Placer:
         self.scorer = self.config.scorer()
         self.cache = PlacementCache()
         self._profiles: OrderedDict[int, tuple[AnyJob, JobProfile]] = OrderedDict()
+        self._shapes: dict[tuple[object, ...], JobProfile] = {}
+        """The first profile read of each job shape (`JobProfile.key`), which later jobs of
+        that shape share."""
 
     def _profile(self, job: AnyJob) -> JobProfile:
         known = self._profiles.get(id(job))
         if known is not None and known[0] is job:
             return known[1]
         profile = profile_job(job)
+        # Jobs of one shape share its first profile: equal keys place identically (the
+        # boards already share their verdicts), and a kept profile is some thirty objects
+        # the collector would otherwise walk for every job waiting.
+        shared = self._shapes.get(profile.key)
+        if shared is None:
+            if len(self._shapes) >= _KEPT_SHAPES:
+                self._shapes.clear()
+            self._shapes[profile.key] = profile
+        else:
+            profile = shared
         self._profiles[id(job)] = (job, profile)
         if len(self._profiles) > _KEPT_PROFILES:
             self._profiles.popitem(last=False)

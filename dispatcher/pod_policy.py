@@ -22,7 +22,6 @@ missed, as does any value other than those a check allows.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from schemas.cluster import ALLOWANCES, ClusterPolicy, PodSecurityLevel
@@ -116,40 +115,185 @@ _PROBES: Final = ("livenessProbe", "readinessProbe", "startupProbe")
 _CONTAINER_LISTS: Final = ("initContainers", "containers", "ephemeralContainers")
 
 
-@dataclass(frozen=True)
 class Violation:
-    check: str
-    """A key of `_REFUSES`."""
-    level: RefusingLevel
-    where: str
-    """The field and its value, e.g.
-    `Worker: containers[jax].securityContext.capabilities.add[SYS_ADMIN]`."""
-    allowance: str | None = None
-    """The `--allow` name (a key of `ALLOWANCES`) that lifts it; None when only a lower
-    level does."""
+    """One field of a pod template a level refuses (read-only by convention).
+
+    A plain class, not a frozen dataclass: jobs' shape keys hold their violations, and a
+    dataclass's generated `__init__`, `__eq__` and `__hash__` run as Python even compiled,
+    where hashing a shape key hashed every violation again (a twentieth of a decision)."""
+
+    __slots__ = ("_hash", "allowance", "check", "level", "where")
+
+    def __init__(
+        self, check: str, level: RefusingLevel, where: str, allowance: str | None = None
+    ) -> None:
+        self.check = check
+        """A key of `_REFUSES`."""
+        self.level: RefusingLevel = level
+        self.where = where
+        """The field and its value, e.g.
+        `Worker: containers[jax].securityContext.capabilities.add[SYS_ADMIN]`."""
+        self.allowance = allowance
+        """The `--allow` name (a key of `ALLOWANCES`) that lifts it; None when only a lower
+        level does."""
+        self._hash = hash((check, level, where, allowance))
+
+    def _fields(self) -> tuple[str, str, str, str | None]:
+        return (self.check, self.level, self.where, self.allowance)
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        return isinstance(other, Violation) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        return (
+            f"Violation(check={self.check!r}, level={self.level!r}, where={self.where!r}, "
+            f"allowance={self.allowance!r})"
+        )
 
 
-@dataclass(frozen=True)
 class PodSecurityNeeds:
     """What a job's pods need of a cluster's pod security, worked out once per job so that
-    judging a cluster is a few comparisons."""
+    judging a cluster is a few comparisons (read-only by convention; a plain class for the
+    reason `Violation` gives, its hash computed once)."""
 
-    violations: tuple[Violation, ...] = ()
-    baseline_allowances: frozenset[str] = frozenset()
-    """The allowances a baseline cluster needs to take the job, when `baseline_ok`."""
-    baseline_ok: bool = True
-    """False when some baseline violation has no allowance that lifts it."""
-    restricted_allowances: frozenset[str] = frozenset()
-    restricted_ok: bool = True
+    __slots__ = (
+        "_hash",
+        "baseline_allowances",
+        "baseline_ok",
+        "restricted_allowances",
+        "restricted_ok",
+        "violations",
+    )
+
+    def __init__(
+        self,
+        violations: tuple[Violation, ...] = (),
+        baseline_allowances: frozenset[str] = frozenset(),
+        baseline_ok: bool = True,
+        restricted_allowances: frozenset[str] = frozenset(),
+        restricted_ok: bool = True,
+    ) -> None:
+        self.violations = violations
+        self.baseline_allowances = baseline_allowances
+        """The allowances a baseline cluster needs to take the job, when `baseline_ok`."""
+        self.baseline_ok = baseline_ok
+        """False when some baseline violation has no allowance that lifts it."""
+        self.restricted_allowances = restricted_allowances
+        self.restricted_ok = restricted_ok
+        self._hash = hash(self._fields())
+
+    def _fields(self) -> tuple[tuple[Violation, ...], frozenset[str], bool, frozenset[str], bool]:
+        return (
+            self.violations,
+            self.baseline_allowances,
+            self.baseline_ok,
+            self.restricted_allowances,
+            self.restricted_ok,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        return isinstance(other, PodSecurityNeeds) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        return (
+            f"PodSecurityNeeds(violations={self.violations!r}, "
+            f"baseline_allowances={self.baseline_allowances!r}, "
+            f"baseline_ok={self.baseline_ok!r}, "
+            f"restricted_allowances={self.restricted_allowances!r}, "
+            f"restricted_ok={self.restricted_ok!r})"
+        )
 
 
 NO_NEEDS: Final = PodSecurityNeeds()
 
 
+_PLAIN_KEPT = 1024
+"""Plain pod templates' needs kept (`_plain_needs`); the memo starts afresh when full."""
+_plain_needs: dict[tuple[tuple[str, tuple[str, ...]], ...], PodSecurityNeeds] = {}
+"""Needs by `_plain_key`: the needs of a job whose pods set nothing the checks read are the
+same for every job of those replica types and container names (the violations name them)."""
+
+
+_UNJUDGED_POD_FIELDS: Final = frozenset(
+    {
+        "activeDeadlineSeconds",
+        "automountServiceAccountToken",
+        "dnsPolicy",
+        "enableServiceLinks",
+        "imagePullSecrets",
+        "priorityClassName",
+        "schedulerName",
+        "serviceAccountName",
+        "terminationGracePeriodSeconds",
+        "topologySpreadConstraints",
+    }
+)
+"""Pod fields outside the schema's own that no check reads (a check reading one must take it
+out of here): a template setting only these is still plain (`_plain_key`)."""
+_UNJUDGED_CONTAINER_FIELDS: Final = frozenset(
+    {"envFrom", "imagePullPolicy", "terminationMessagePolicy", "volumeMounts"}
+)
+"""The same for a container's fields outside the schema's own."""
+
+
+def _plain_key(
+    job: AnyJob, making: Collection[str] | None
+) -> tuple[tuple[str, tuple[str, ...]], ...] | None:
+    """Per pod-making replica type, its container names, when no template sets a field a check
+    reads: no AppArmor annotation, no pod or container field outside the schema's own but the
+    unjudged ones (hostNetwork, securityContext, volumes, probes... are kept there), no init
+    container and no container port. None otherwise."""
+    key = []
+    for rtype, rspec in job.replica_specs.items():
+        if not (rtype in making if making is not None else job.replicas_of(rtype) > 0):
+            continue
+        template = rspec.template
+        pod = template.spec
+        extra = pod.__pydantic_extra__
+        if (extra and not extra.keys() <= _UNJUDGED_POD_FIELDS) or pod.initContainers:
+            return None
+        annotations = template.metadata.annotations
+        if annotations and any(k.startswith(_APPARMOR_ANNOTATION) for k in annotations):
+            return None
+        names = []
+        for container in pod.containers:
+            fields = container.__pydantic_extra__
+            if container.ports or (fields and not fields.keys() <= _UNJUDGED_CONTAINER_FIELDS):
+                return None
+            names.append(container.name)
+        key.append((rtype, tuple(names)))
+    return tuple(key)
+
+
 def pod_security_needs(job: AnyJob, making: Collection[str] | None = None) -> PodSecurityNeeds:
     """Every field of the pod templates the job makes pods of (a replica type of 0 replicas
     makes none) that a Pod Security Standards level refuses. `making`: the replica types that
-    make pods, when the caller has counted them already."""
+    make pods, when the caller has counted them already.
+
+    Most templates set no security field at all: their needs are judged once per replica
+    types and container names, and shared (read-only, as every PodSecurityNeeds)."""
+    plain = _plain_key(job, making)
+    if plain is not None:
+        known = _plain_needs.get(plain)
+        if known is None:
+            if len(_plain_needs) >= _PLAIN_KEPT:
+                _plain_needs.clear()
+            known = _plain_needs[plain] = _judged_needs(job, making)
+        return known
+    return _judged_needs(job, making)
+
+
+def _judged_needs(job: AnyJob, making: Collection[str] | None) -> PodSecurityNeeds:
     found: list[Violation] = []
     for rtype, rspec in job.replica_specs.items():
         makes_pods = rtype in making if making is not None else job.replicas_of(rtype) > 0

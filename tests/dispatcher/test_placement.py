@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from dispatcher.demand import job_demand
 from dispatcher.gang_fit import NodeRoom, gang_fit
-from dispatcher.placement import plan_placement
+from dispatcher.placement import Placer, plan_placement
 from dispatcher.reservations import Reservations
 from schemas.cluster import Taint
 from schemas.job_parsing import parse_job
@@ -130,3 +130,22 @@ def test_reservations_prevent_over_placement_until_the_heartbeat_shows_the_pods(
     assert reservations.count("only") == 0
     late = parse_job(jax_job("late", workers=1, cpu="1"))
     assert plan_placement(late, [heartbeat], reservations=reservations).chosen is None
+
+
+def test_jobs_of_one_shape_share_its_profile_and_no_other_shape_does() -> None:
+    """A Placer keeps the first profile of each job shape for the later jobs of that shape;
+    a job differing in anything placement reads (here its namespace) has its own."""
+    placer = Placer()
+    clusters = [
+        cluster("team-b-only", node("b", cpu="8", memory="8Gi"), namespaces=["team-b"]),
+        cluster("any", node("a", cpu="2", memory="2Gi")),
+    ]
+    first, second = (parse_job(jax_job(n, workers=2, cpu="1")) for n in ("one", "two"))
+    other = parse_job(jax_job("three", workers=2, cpu="1", namespace="team-b"))
+    assert placer.shape_key(first) is placer.shape_key(second)
+    assert placer.shape_key(other) != placer.shape_key(first)
+    for job in (first, second, other, first):
+        planned = placer.plan(job, clusters)
+        assert planned.decision == plan_placement(job, clusters).decision
+    assert placer.plan(second, clusters).chosen == "any"
+    assert placer.plan(other, clusters).chosen == "team-b-only"

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from dispatcher import pod_policy
 from dispatcher.placement import plan_placement
 from dispatcher.pod_policy import PodSecurityNeeds, pod_security_needs, policy_refusal
 from schemas.cluster import ALLOWANCES, ClusterPolicy, ClusterSnapshot, PodSecurityLevel
@@ -685,3 +686,97 @@ async def test_the_hub_rejects_a_host_network_job_with_the_policy_reason() -> No
     )
     assert 'PodSecurity "baseline:latest"' in (final[uid].message or "")
     assert final[ok].phase == JobPhase.SUCCEEDED
+
+
+# -- plain templates: needs judged once per replica types and container names -------------
+
+
+def _plain_document(name: str = "plain") -> dict[str, Any]:
+    """A job whose pods set no field any check reads (but some no check reads)."""
+    doc = jax_job(name, workers=2)
+    spec = doc["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]
+    spec["serviceAccountName"] = "trainer"
+    spec["containers"][0]["imagePullPolicy"] = "IfNotPresent"
+    return doc
+
+
+def test_plain_templates_share_the_needs_judged_in_full() -> None:
+    first, second = parse_job(_plain_document("a")), parse_job(_plain_document("b"))
+    assert pod_policy._plain_key(first, None) == (("Worker", ("jax",)),)
+    needs = pod_security_needs(first)
+    assert needs == pod_policy._judged_needs(first, None)
+    assert sorted(v.check for v in needs.violations) == [
+        "allowPrivilegeEscalation",
+        "capabilitiesDrop",
+        "runAsNonRoot",
+        "seccompRequired",
+    ]
+    assert pod_security_needs(second) is needs  # the same job shape: judged once
+
+
+def _with_sidecar(doc: dict[str, Any]) -> dict[str, Any]:
+    containers = doc["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    containers.append({"name": "log", "image": "example/log:1"})
+    return doc
+
+
+def _two_types(doc: dict[str, Any]) -> dict[str, Any]:
+    worker = doc["spec"].pop("jaxReplicaSpecs")["Worker"]
+    doc.update(apiVersion="kubeflow.org/v1", kind="PyTorchJob")
+    worker["template"]["spec"]["containers"][0]["name"] = "pytorch"
+    master = copy.deepcopy(worker)
+    master["replicas"] = 1
+    doc["spec"]["pytorchReplicaSpecs"] = {"Master": master, "Worker": worker}
+    return doc
+
+
+def _set(path: str, value: Any) -> Any:
+    def change(doc: dict[str, Any]) -> dict[str, Any]:
+        target = doc["spec"]["jaxReplicaSpecs"]["Worker"]["template"]
+        *parents, last = path.split(".")
+        for part in parents:
+            target = target[int(part)] if isinstance(target, list) else target[part]
+        target[last] = value
+        return doc
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "plain"),
+    [
+        (_with_sidecar, True),  # the violations name the containers
+        (_two_types, True),
+        (_set("spec.containers.0.securityContext", RESTRICTED_CONTEXT), False),
+        (_set("spec.securityContext", {"runAsNonRoot": True}), False),
+        (_set("spec.hostNetwork", True), False),
+        (_set("spec.volumes", [{"name": "h", "hostPath": {"path": "/"}}]), False),
+        (_set("spec.containers.0.ports", [{"containerPort": 80, "hostPort": 80}]), False),
+        (_set("spec.containers.0.livenessProbe", {"httpGet": {"host": "x", "port": 1}}), False),
+        (_set("spec.initContainers", [{"name": "init", "image": "example/init:1"}]), False),
+        (
+            _set(
+                "metadata.annotations",
+                {"container.apparmor.security.beta.kubernetes.io/jax": "unconfined"},
+            ),
+            False,
+        ),
+    ],
+)
+def test_a_template_unlike_the_plain_one_is_judged_as_itself(change: Any, plain: bool) -> None:
+    """After a plain job's needs are kept, a job differing in anything a check reads gets
+    its own: kept under its own key when still plain, else judged in full."""
+    known = pod_security_needs(parse_job(_plain_document()))
+    job = parse_job(change(_plain_document("other")))
+    assert (pod_policy._plain_key(job, None) is not None) == plain
+    needs = pod_security_needs(job)
+    assert needs == pod_policy._judged_needs(job, None)
+    assert needs != known
+
+
+def test_the_replica_types_making_pods_are_part_of_the_plain_key() -> None:
+    job = parse_job(_two_types(_plain_document()))
+    both, only_master = pod_security_needs(job), pod_security_needs(job, making=["Master"])
+    assert {v.where.split(":")[0] for v in both.violations} == {"Master", "Worker"}
+    assert {v.where.split(":")[0] for v in only_master.violations} == {"Master"}
+    assert only_master == pod_policy._judged_needs(job, ["Master"])
