@@ -939,14 +939,20 @@ class PlacementCache:
         # A list, typed as such: indexing a Sequence cost the compiled build a generic
         # lookup and a boxed index per cluster per decision (5% of placement at 100 clusters).
         current = snapshots if isinstance(snapshots, list) else list(snapshots)
-        same = len(current) == len(known) and _same_items(current, known)
-        for index, snapshot in enumerate(() if same else current):
-            if snapshot is known[index]:
-                continue
-            if snapshot.name != board.facts[index].name:
-                return None
-            board.facts[index] = self.facts(snapshot)
-            refreshed.add(index)
+        if len(current) != len(known):
+            return None
+        if not _same_items(current, known):
+            # By index over the typed lists: enumerate() over them ran as a generic
+            # iterator, some 150 instructions a cluster, at every heartbeat for every shape.
+            facts = board.facts
+            for index in range(len(current)):
+                snapshot = current[index]
+                if snapshot is known[index]:
+                    continue
+                if snapshot.name != facts[index].name:
+                    return None
+                facts[index] = self.facts(snapshot)
+                refreshed.add(index)
         if refreshed:  # a copy: the caller may update its list in place
             board.snapshots = list(current)
         positions = set(refreshed)
