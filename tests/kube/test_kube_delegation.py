@@ -369,7 +369,8 @@ async def test_every_kind_reaches_succeeded_through_the_member_s_operator(
         name = documents[kind]["metadata"]["name"]
         status, job = await admin_request(ops, "GET", _path(kind, name))
         assert status == 200, job
-        assert job["spec"]["runPolicy"]["managedBy"] == TRAINING_OPERATOR
+        # Unset (no --delegate-managed-by): the operator takes it as its own.
+        assert "managedBy" not in job["spec"]["runPolicy"], job["spec"]["runPolicy"]
         assert job["metadata"]["labels"][LABEL_JOB_UID] == uid
         assert _true(job["status"], "Succeeded")
         # The pods are the operator's (its labels), counted as the job's by their uid label.
@@ -553,7 +554,8 @@ async def test_up_sandbox_in_delegate_mode_hands_the_job_to_the_operator(
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRAINHUB_SANDBOX_DIR": str(tmp_path)}
     env.pop("TRAINHUB_BOOTSTRAP", None)
     command = [sys.executable, "-m", "trainhub", "up", "--sandbox", "--no-live", "--mode"]
-    command += ["delegate", "--exit-on-finish", "--topic-prefix", f"up-{name}", str(job)]
+    command += ["delegate", "--delegate-managed-by", TRAINING_OPERATOR]
+    command += ["--exit-on-finish", "--topic-prefix", f"up-{name}", str(job)]
     done = await asyncio.to_thread(
         subprocess.run, command, env=env, capture_output=True, text=True, timeout=180
     )
