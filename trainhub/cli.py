@@ -107,6 +107,7 @@ def _sandbox_workers(
             namespaces=list(c["namespaces"]),
             gang_scheduling=settings.worker_config(c["name"]).gang_scheduling,
             delegate=settings.mode == "delegate",
+            managed_by=settings.delegate_managed_by,
         )
         for c in state.clusters
     }

@@ -238,6 +238,7 @@ def worker(
             namespaces=namespace,
             gang_scheduling=settings.worker_config(cluster).gang_scheduling,
             delegate=settings.mode == "delegate",
+            managed_by=settings.delegate_managed_by,
         )
         check_metrics_port(settings)
     except ValueError as exc:

@@ -52,6 +52,7 @@ WORKER: tuple[str, ...] = (
     "gang_scheduler",
     "gang_scheduler_name",
     "mode",
+    "delegate_managed_by",
 )
 """A worker's own settings (WorkerConfig's, and its metrics endpoint)."""
 SUBMIT: tuple[str, ...] = ("default_managed_by",)

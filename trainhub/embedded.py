@@ -82,9 +82,11 @@ def make_worker_backend(
     namespaces: list[str] | None = None,
     gang_scheduling: GangScheduling | None = None,
     delegate: bool = False,
+    managed_by: str | None = None,
 ) -> Backend:
     """The backend of a standalone `trainhub worker` process; `delegate`: one that hands
-    each job to the cluster's Training Operator (`--mode delegate`)."""
+    each job to the cluster's Training Operator (`--mode delegate`), giving its objects
+    `managed_by` (`--delegate-managed-by`; None: unset)."""
     chosen = backend_kind(kind)
     spec = ClusterSpec(name=cluster)
     if chosen.declared_capacity:
@@ -100,6 +102,7 @@ def make_worker_backend(
         namespaces=namespaces,
         gang_scheduling=gang_scheduling,
         delegate=delegate,
+        managed_by=managed_by,
     )
     return chosen.build(request)
 

@@ -102,8 +102,15 @@ class TrainhubSettings(BaseSettings):
         default="direct",
         description="Worker (kube backend): direct makes each job's pods and Services itself; "
         "delegate hands each job to the member cluster's Kubeflow Training Operator as its "
-        "kubeflow.org/v1 object (runPolicy.managedBy kubeflow.org/training-operator) and "
-        "reports the status that operator writes.",
+        "kubeflow.org/v1 object and reports the status that operator writes.",
+    )
+    delegate_managed_by: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=63,
+        description="Worker in delegate mode: the runPolicy.managedBy of the objects it hands "
+        "to the member's operator (default: unset, which the Training Operator takes as its "
+        "own; kubeflow.org/training-operator says the same).",
     )
     gang_scheduler_name: str | None = Field(
         default=None,

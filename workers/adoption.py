@@ -1,6 +1,11 @@
 """Making a cluster agree with its assignments topic: at start, taking back the jobs whose pods
 are still there after a restart; after an outage, deleting the objects of jobs the hub took
-away meanwhile (a sweep). Neither leaves the pods of a revoked job behind."""
+away meanwhile (a sweep). Neither leaves the pods of a revoked job behind.
+
+At start it also finds the jobs assigned here whose own object (their CR, in direct or
+delegate mode) went with everything it owned while no worker watched (a garbage collector
+took them): `vanished`, which the worker fails once its assignments consumer has shown
+which of them it had not carried out yet (see `Worker`)."""
 
 from __future__ import annotations
 
@@ -94,6 +99,15 @@ class Adoption:
         """What the topic said last of each job that still matters here (see the class)."""
         self.events_read = 0
         """Events of the assignments topic the latest pass read (for tests and logs)."""
+        self.vanished: dict[str, JobAssigned] = {}
+        """From the start's pass: the newest assignment of each job assigned here, neither
+        revoked nor held, that would have its own object here but has nothing left in the
+        cluster. Its assignment was carried out and its object deleted with all it owned
+        while no worker watched, or it is still to be carried out (past the consumer's
+        committed offset), or it ended and its objects went after ttlSecondsAfterFinished
+        (the hub ignores a status of a job that ended)."""
+        self.read_to: dict[TopicPartition, int] = {}
+        """Where the start's read of the assignments topic ended, per partition."""
         self.outdated_below: dict[str, int] = {}
         """Per job, from the assignments topic as it stood at start: the attempts below this
         one were revoked or replaced there, so their assignments, still to be read past the
@@ -129,8 +143,22 @@ class Adoption:
         self._newest.clear()
         self.outdated_below = {}
         existing = await self._existing()
-        assigned = await self._read_on(existing, outdated=self.outdated_below)
+        absent: dict[str, JobAssigned] = {}
+        assigned = await self._read_on(existing, outdated=self.outdated_below, absent=absent)
         await self._reconcile(existing, adopt=assigned)
+        self.vanished = {
+            uid: assignment
+            for uid, assignment in absent.items()
+            if uid not in self._runs and self._would_own(assignment)
+        }
+        self.read_to = dict(self._positions)
+
+    def _would_own(self, assigned: JobAssigned) -> bool:
+        """Whether the assigned job has its own object in this cluster."""
+        try:
+            return self._backend.makes_job_object(parse_job(assigned.job))
+        except ValueError:  # (JobInvalid) the consumer dead-letters it
+            return False
 
     def _not_yet(self, error: BaseException, failures: int, wait: float) -> None:
         log.warning("cannot adopt yet, trying again: %s", error, extra=self._extra())
@@ -192,11 +220,16 @@ class Adoption:
         self._let_go(existing - deleted)
 
     async def _read_on(
-        self, existing: set[str], *, outdated: dict[str, int] | None = None
+        self,
+        existing: set[str],
+        *,
+        outdated: dict[str, int] | None = None,
+        absent: dict[str, JobAssigned] | None = None,
     ) -> dict[str, JobAssigned]:
         """Note the newest assignment or revocation of each job from the events written since
         the last read (all of them the first time). Returns the newest assignment of each job
-        of `existing` among them; `outdated` gets `outdated_below`'s entries."""
+        of `existing` among them; `outdated` gets `outdated_below`'s entries, `absent` the
+        newest assignment, not revoked since, of each job not in `existing`."""
         documents: dict[str, JobAssigned] = {}
         newest = self._newest
         kept_since = time.time() - _PENDING_S
@@ -212,6 +245,8 @@ class Adoption:
                     newest[uid] = _Newest(attempt, False, event.time.timestamp())
                     if uid in existing:
                         documents[uid] = assigned
+                    elif absent is not None:
+                        absent[uid] = assigned
                     if outdated is not None:
                         if attempt > 1:
                             outdated[uid] = attempt
@@ -225,6 +260,8 @@ class Adoption:
                         continue  # an older attempt's, after its successor's assignment
                     newest[uid] = _Newest(attempt, True, event.time.timestamp())
                     documents.pop(uid, None)
+                    if absent is not None:
+                        absent.pop(uid, None)
                     if outdated is not None:
                         outdated[uid] = attempt + 1
                 else:

@@ -13,7 +13,13 @@ import logging
 from collections.abc import Callable
 
 from bus.retry import retry_transient
-from workers.backends.base import BACKEND_RETRY, Backend, BackendError, is_transient
+from workers.backends.base import (
+    BACKEND_RETRY,
+    Backend,
+    BackendError,
+    deleted_before_it_ended,
+    is_transient,
+)
 from workers.job_locks import JobLocks
 from workers.job_run import Decision, JobRun
 from workers.job_statuses import JobStatuses
@@ -159,8 +165,7 @@ class DecisionExecutor:
         """Someone else deleted the job's own object before the run ended (`what` names it):
         as when the cluster refuses the job's objects, what is left of the job is deleted
         (a garbage collector would take it too) and the job fails."""
-        message = f"{what} was deleted on {self._cluster} before it ended."
-        await self._refused(run, BackendError(message))
+        await self._refused(run, BackendError(deleted_before_it_ended(what, self._cluster)))
 
     async def _refused(self, run: JobRun, error: BackendError) -> None:
         """The cluster refused the job's objects for good: remove what exists, fail the job."""

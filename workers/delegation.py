@@ -4,7 +4,9 @@ the object's status is told on the bus as the job's status, as direct mode tells
 
 Suspend and resume travel through the object (`runPolicy.suspend`), deletion by deleting it
 (the backend's `delete_job`, which the worker calls as in direct mode). Deadlines, TTLs,
-restarts and backoff limits are the operator's, read back from the conditions it sets."""
+restarts and backoff limits are the operator's, read back from the conditions it sets. The
+job's pods (the operator's) are followed only for the scheduler's word: pods that find no
+node for the unschedulable timeout hand the job back to the hub, as in direct mode."""
 
 from __future__ import annotations
 
@@ -12,8 +14,9 @@ import logging
 from collections.abc import Callable
 
 from schemas.status import JobPhase
-from workers.backends.base import BackendError
+from workers.backends.base import BackendError, PodObservation, deleted_before_it_ended
 from workers.backends.delegating import DelegatedStatus, DelegatingBackend
+from workers.decision_executor import UNSCHEDULABLE_REASON
 from workers.delegated_status import deciding_condition, parse_status, phase_of, same_status
 from workers.job_locks import JobLocks
 from workers.job_run import JobRun
@@ -73,6 +76,12 @@ class Delegation:
             await self._statuses.publish(run)
             self._finished(run)
 
+    async def object_deleted(self, run: JobRun) -> None:
+        """The job's object went before the run ended (deleted behind trainhub's back): the
+        job fails."""
+        what = f"{run.kind} {run.name}"
+        await self._refused(run, BackendError(deleted_before_it_ended(what, self._cluster)))
+
     async def suspend(self, run: JobRun) -> None:
         if run.finished:
             return
@@ -84,6 +93,14 @@ class Delegation:
             return
         await self._backend.suspend_job_object(run.job, False)
         log.info("asked the operator to resume the job", extra=self._extra(run.job.uid))
+
+    async def observe(self, run: JobRun, obs: PodObservation) -> None:
+        """One of the job's pods (made by the operator from the templates trainhub labelled)
+        as the scheduler sees it: a new reason it cannot be placed is told, as direct mode
+        tells it, and the run's `unschedulable_since` lets the unschedulable timeout hand
+        the job back to the hub (its lock is held)."""
+        if run.follow_scheduling(obs) and run.pending_reason:
+            await self._statuses.publish(run, UNSCHEDULABLE_REASON, run.pending_reason)
 
     async def run(self) -> None:
         """Mirror every status the backend reports, each under its job's lock."""
@@ -102,14 +119,18 @@ class Delegation:
         if reported.attempt is not None and reported.attempt != run.attempt:
             return
         if reported.status is None:
-            message = f"{run.kind} {run.name} was deleted on {self._cluster} before it ended."
-            await self._refused(run, BackendError(message))
+            await self.object_deleted(run)
             return
         status = parse_status(reported.status)
         if status is None:
             return  # nothing written yet: the run's own Created stands
         phase = phase_of(status)
         if phase == run.phase and same_status(run.status, status):
+            return
+        if phase == run.phase == JobPhase.CREATED:
+            # Told already, when the job was handed over: the operator's Created (its own
+            # times, its first replica counts) is the same news.
+            run.status = status
             return
         run.status, run.phase = status, phase
         run.suspended = phase == JobPhase.SUSPENDED

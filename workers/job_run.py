@@ -241,6 +241,24 @@ class JobRun:
 
     # -- pods -----------------------------------------------------------------------------
 
+    def follow_scheduling(self, obs: PodObservation) -> bool:
+        """Only the scheduler's word on one of the job's pods (a delegated job's, whose
+        story is its operator's): `pending_reason` and `unschedulable_since` follow it, so
+        that the unschedulable timeout hands the job back as in direct mode. True when
+        there is a new reason to tell; a run that ended or is suspended has none."""
+        pod = self.pods.get(obs.name)
+        if pod is None or self.finished or self.suspended:
+            for each in self.pods.values():
+                each.unschedulable = None
+            self._update_pending()
+            return False
+        unschedulable = obs.phase == "Pending" and (obs.message or "").startswith(
+            UNSCHEDULABLE_PREFIX
+        )
+        if unschedulable or obs.phase != "Pending":
+            pod.unschedulable = obs.message if unschedulable else None
+        return self._update_pending()
+
     def observe(self, obs: PodObservation) -> Decision:
         pod = self.pods.get(obs.name)
         if pod is None or self.finished or self.suspended:

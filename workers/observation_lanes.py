@@ -1,6 +1,6 @@
-"""Pod observations (and the loss of a job's own object) handed to their jobs: one lane per job,
-each in the order the backend made them, so that a job busy with long work (creating its pods)
-holds up only its own."""
+"""Pod observations (and what a job's own object tells: its loss, a suspension made there)
+handed to their jobs: one lane per job, each in the order the backend made them, so that a
+job busy with long work (creating its pods) holds up only its own."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 
 from bus.aiotasks import TaskOwner
-from workers.backends.base import BackendError, JobObjectLost, PodObservation
+from workers.backends.base import BackendError, JobObjectLost, JobObjectNews, PodObservation
 from workers.job_locks import JobLocks
 
 log = logging.getLogger(__name__)
 
-Observation = PodObservation | JobObjectLost
+Observation = PodObservation | JobObjectNews
 
 
 class ObservationLanes:
@@ -27,13 +27,13 @@ class ObservationLanes:
         queue: asyncio.Queue[PodObservation],
         handle: Callable[[Observation], Awaitable[None]],
         *,
-        losses: asyncio.Queue[JobObjectLost] | None = None,
+        news: asyncio.Queue[JobObjectNews] | None = None,
         locks: JobLocks,
         tasks: TaskOwner,
         cluster: str,
     ) -> None:
         self._queue = queue
-        self._losses: asyncio.Queue[JobObjectLost] = asyncio.Queue() if losses is None else losses
+        self._news: asyncio.Queue[JobObjectNews] = asyncio.Queue() if news is None else news
         self._handle = handle
         self._locks = locks
         self._tasks = tasks
@@ -43,10 +43,10 @@ class ObservationLanes:
     async def run(self) -> None:
         async with asyncio.TaskGroup() as group:
             group.create_task(self._route_from(self._queue))
-            group.create_task(self._route_from(self._losses))
+            group.create_task(self._route_from(self._news))
 
     async def _route_from(
-        self, queue: asyncio.Queue[PodObservation] | asyncio.Queue[JobObjectLost]
+        self, queue: asyncio.Queue[PodObservation] | asyncio.Queue[JobObjectNews]
     ) -> None:
         while True:
             self._route(await queue.get())
@@ -87,8 +87,8 @@ class ObservationLanes:
         in its lane, then those still queued (every job's are routed to their lanes)."""
         while not self._queue.empty():
             self._route(self._queue.get_nowait())
-        while not self._losses.empty():
-            self._route(self._losses.get_nowait())
+        while not self._news.empty():
+            self._route(self._news.get_nowait())
         lane = self._lanes.get(uid)
         while lane:
             await self._handle(lane.popleft())
@@ -97,4 +97,6 @@ class ObservationLanes:
 def _named(observation: Observation) -> str:
     if isinstance(observation, JobObjectLost):
         return f"the deletion of {observation.what}"
+    if not isinstance(observation, PodObservation):
+        return f"{'suspending' if observation.suspend else 'resuming'} {observation.what}"
     return f"pod {observation.name}"

@@ -28,7 +28,7 @@ import logging
 from prometheus_client import CollectorRegistry
 
 from bus.aiotasks import TaskOwner
-from bus.base import Bus, Record
+from bus.base import Bus, Record, TopicPartition
 from bus.epochs import EpochFence
 from bus.events import EventConsumer, publish_payload
 from bus.retry import retry_transient
@@ -48,7 +48,8 @@ from workers.backends.base import (
     BACKEND_RETRY,
     Backend,
     BackendError,
-    JobObjectLost,
+    JobObjectNews,
+    JobObjectSuspension,
     PodObservation,
     is_transient,
 )
@@ -77,6 +78,9 @@ _TOPICS_WAIT = 120.0
 """How long a starting worker waits for shared topics it may not create (the hub's)."""
 _JOB_CONCURRENCY = 8
 """Jobs whose assignments are carried out at once (each job's events stay in order)."""
+_VANISHED_WAIT = 120.0
+"""How long a starting worker waits for its assignments consumer to reach where adoption's
+read ended before it judges the jobs whose objects vanished (see `_fail_vanished`)."""
 
 
 class Worker:
@@ -157,11 +161,17 @@ class Worker:
         self._observations = ObservationLanes(
             backend.observations,
             self._observe,
-            losses=backend.job_object_losses,
+            news=backend.job_object_news,
             locks=self._locks,
             tasks=self._tasks,
             cluster=config.cluster,
         )
+        self._vanished: dict[str, JobAssigned] = {}
+        """Jobs assigned here whose own object and all it owned went while no worker
+        watched, or whose assignment the consumer has still to carry out (adoption's
+        `vanished`): those still here once it has are failed."""
+        self._read_to: dict[TopicPartition, int] = {}
+        """Where adoption's read of the assignments topic ended, per partition."""
         self._stopping = False
         self._stop_requested = asyncio.Event()
         self._consumed = asyncio.Event()
@@ -197,9 +207,13 @@ class Worker:
             fence=self._fence,
         )
         await self._adoption.adopt()
+        self._vanished = dict(self._adoption.vanished)
+        self._read_to = dict(self._adoption.read_to)
         await self._consumer.subscription.start()
         await self.heartbeat()
         self._tasks.spawn(self._consume(self._consumer), "assignments")
+        if self._vanished:
+            self._tasks.spawn(self._fail_vanished(self._consumer), "vanished")
         lag = {self.topics.assignments(self.cluster): self._consumer.subscription}
         self._tasks.spawn(self.metrics.lag_sampler(lag).run(), "lag")
         self._tasks.spawn(self._observations.run(), "observe")
@@ -303,15 +317,15 @@ class Worker:
             )
 
         await retry_transient(
-            lambda: self._apply(event),
+            lambda: self._apply(event, record),
             BACKEND_RETRY,
             transient=is_transient,
             on_retry=retrying,
             keep_trying=lambda: not self._stopping,
         )
 
-    async def _apply(self, event: CloudEvent) -> None:
-        """One event of the assignments topic, under its job's lock."""
+    async def _apply(self, event: CloudEvent, record: Record) -> None:
+        """One event of the assignments topic (`record`), under its job's lock."""
         data: JobAssigned | JobRevoked | JobRef
         if event.type == EventType.JOB_ASSIGNED:
             data = event.data_as(JobAssigned)
@@ -323,7 +337,7 @@ class Worker:
             raise ValueError(f"unexpected event type {event.type!r} on an assignments topic")
         async with self._locks.job(data.uid):
             if isinstance(data, JobAssigned):
-                await self._start_job(data)
+                await self._start_job(data, record)
             elif isinstance(data, JobRevoked):
                 await self._revoke(data)
             elif event.type == EventType.JOB_SUSPENDED:
@@ -331,7 +345,18 @@ class Worker:
             else:
                 await self._resume(data)
 
-    async def _start_job(self, assigned: JobAssigned) -> None:
+    async def _start_job(self, assigned: JobAssigned, record: Record) -> None:
+        vanished = self._vanished.pop(assigned.uid, None)
+        if (
+            vanished is not None
+            and vanished.attempt == assigned.attempt
+            and record.offset >= self._read_to.get(record.tp, 0)
+        ):
+            # Written after adoption's read: the hub sending a restarted worker its jobs
+            # again. Had this attempt's earlier assignment not been carried out, the
+            # consumer would have brought that one first: it was, and its object went.
+            await self._vanished_job(vanished)
+            return
         if self._adoption.outdated(assigned):
             log.info(
                 "not starting attempt %d: revoked or replaced while this worker was away",
@@ -341,6 +366,8 @@ class Worker:
             return
         known = self.runs.get(assigned.uid)
         if known is not None and known.attempt >= assigned.attempt:
+            if known.finished and not self._executor.holds_work(assigned.uid):
+                return  # nothing is missing of a job that ended (nor made again for it)
             # Redelivered, or tried again after a transient refusal: make what is missing.
             if self._delegation is not None:
                 await self._delegation.start(known)
@@ -374,6 +401,7 @@ class Worker:
             )
 
     async def _revoke(self, revoked: JobRevoked) -> None:
+        self._vanished.pop(revoked.uid, None)
         run = self.runs.get(revoked.uid)
         if run is not None and run.attempt > revoked.attempt:
             return
@@ -405,6 +433,10 @@ class Worker:
             await self._delegation.suspend(run)
             self._reports.report_soon()
             return
+        await self._suspend_run(run)
+
+    async def _suspend_run(self, run: JobRun) -> None:
+        """Delete the run's pods, and tell it Suspended (its lock is held)."""
         await self._executor.decide(run, run.suspend())
         if run.suspended:
             self._reports.report_soon()  # its capacity is free now
@@ -417,23 +449,100 @@ class Worker:
         if self._delegation is not None:
             await self._delegation.resume(run)
             return
+        await self._resume_run(run)
+
+    async def _resume_run(self, run: JobRun) -> None:
+        """Create the run's pods again (its lock is held)."""
         # Observations of the pods the suspension deleted must not land on their successors.
-        await self._observations.drain(ref.uid)
+        await self._observations.drain(run.job.uid)
         await self._executor.decide(run, run.resume())
 
     # -- pods -----------------------------------------------------------------------------
 
-    async def _observe(self, obs: PodObservation | JobObjectLost) -> None:
-        """One observation of a job's pod, or the loss of its own object (its lock is held;
-        see `ObservationLanes`)."""
+    async def _observe(self, obs: PodObservation | JobObjectNews) -> None:
+        """One observation of a job's pod, or news of its own object: its loss, or its
+        `runPolicy.suspend` set there by someone else (its lock is held; see
+        `ObservationLanes`)."""
         run = self.runs.get(obs.job_uid)
         if run is None:
             return
         if isinstance(obs, PodObservation):
-            await self._executor.decide(run, run.observe(obs))
-        elif obs.attempt in (None, run.attempt) and not run.finished:
+            if self._delegation is not None:
+                await self._delegation.observe(run, obs)  # the operator's pods
+            else:
+                await self._executor.decide(run, run.observe(obs))
+        elif obs.attempt not in (None, run.attempt) or run.finished:
+            return  # another attempt's object, or a run that ended: not this run's story
+        elif isinstance(obs, JobObjectSuspension):
+            # As the Training Operator follows its objects: suspended or resumed there.
+            log.info(
+                "%s through its object on the cluster",
+                "suspended" if obs.suspend else "resumed",
+                extra=self._extra(run.job.uid),
+            )
+            if obs.suspend:
+                await self._suspend_run(run)
+            else:
+                await self._resume_run(run)
+        else:
             # As in delegate mode when the operator's object goes: the job fails.
             await self._executor.object_deleted(run, obs.what)
+
+    async def _fail_vanished(self, consumer: EventConsumer) -> None:
+        """Fail the jobs whose own object went with everything it owned while no worker
+        watched (a garbage collector took them after a `kubectl delete`), as a job whose
+        object goes under a watching worker fails. Those the hub sends again (to a restarted
+        worker) fail as their assignment comes (`_start_job`); the others once the consumer
+        has carried out every assignment written before adoption's read: one it carried
+        out now (past its committed offset) was not made before, and is not one of them."""
+        try:
+            async with asyncio.timeout(_VANISHED_WAIT):
+                await self._consumed_to(consumer, self._read_to)
+        except TimeoutError:
+            log.warning(
+                "%d jobs without objects here not judged: the assignments consumer did not "
+                "reach where adoption's read ended within %.0fs",
+                len(self._vanished),
+                _VANISHED_WAIT,
+                extra=self._extra(),
+            )
+            self._vanished.clear()
+            return
+        for uid in sorted(self._vanished):
+            async with self._locks.job(uid):
+                assigned = self._vanished.pop(uid, None)
+                if assigned is not None and uid not in self.runs:
+                    await self._vanished_job(assigned)
+
+    async def _vanished_job(self, assigned: JobAssigned) -> None:
+        """The assigned job's own object went with everything it owned while no worker
+        watched: it fails as it would have under a watching worker (its lock is held)."""
+        run = assigned_run(assigned, self.backend, self.cluster)
+        self.runs[run.job.uid] = run
+        what = f"{run.kind} {run.name}"
+        log.warning(
+            "%s and everything it owned went while no worker watched",
+            what,
+            extra=self._extra(run.job.uid),
+        )
+        if self._delegation is not None:
+            await self._delegation.object_deleted(run)
+        else:
+            await self._executor.object_deleted(run, what)
+
+    @staticmethod
+    async def _consumed_to(consumer: EventConsumer, read_to: dict[TopicPartition, int]) -> None:
+        """Until the consumer holds every partition, has polled past `read_to` in each, and
+        has handled all it polled (it goes idle)."""
+        subscription = consumer.subscription
+        while True:
+            if await subscription.unassigned() == 0:
+                positions = await subscription.positions()
+                if all(positions.get(tp, 0) >= end for tp, end in read_to.items()):
+                    break
+            await asyncio.sleep(0.2)
+        consumer.idle.clear()
+        await consumer.idle.wait()
 
     def _delegated_run_finished(self, run: JobRun) -> None:
         """A delegated run ended: it leaves after its retention, and its room is reported."""

@@ -126,6 +126,7 @@ def test_the_workers_run_with_their_cluster_s_flags(objects: list[dict[str, Any]
         "coscheduler",
     )
     assert params["mode"] is None  # settings' (direct)
+    assert params["delegate_managed_by"] is None
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert mounts["kubeconfig"] == "/etc/trainhub/kubeconfig"
     volumes = {v["name"]: v for v in east["spec"]["template"]["spec"]["volumes"]}
@@ -153,6 +154,7 @@ def test_the_workers_run_with_their_cluster_s_flags(objects: list[dict[str, Any]
     assert params["pod_security"] == "baseline"
     assert params["gang_scheduler"] is None  # settings' (none here)
     assert params["mode"] == "delegate"  # its members' Training Operator runs the jobs
+    assert params["delegate_managed_by"] == "kubeflow.org/training-operator"
     volumes = {v["name"]: v for v in west["spec"]["template"]["spec"]["volumes"]}
     items = volumes["kubeconfig"]["secret"]["items"]
     assert items == [{"key": "kubeconfig.yaml", "path": "config"}]

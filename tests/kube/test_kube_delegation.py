@@ -23,11 +23,20 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from bus.aiotasks import TaskOwner
+from bus.events import publish_event
 from bus.kafka_settings import KafkaSettings
 from bus.memory import MemoryBus
 from bus.topics import Topics
 from dispatcher.hub import Hub, HubConfig
-from schemas.events import EventType, JobStatusUpdate
+from schemas.codec import decode_event
+from schemas.events import (
+    CloudEvent,
+    EventType,
+    JobAssigned,
+    JobHandedBack,
+    JobStatusUpdate,
+    make_event,
+)
 from schemas.kubeflow import derive_job_uid
 from schemas.sim_annotations import SIM_DURATION, SIM_EXIT_CODE
 from schemas.status import JobPhase
@@ -332,7 +341,11 @@ async def _delete_leftovers(cluster: MemberCluster, kind: type[Backend]) -> None
 
 
 async def _add_worker(
-    fleet: Fleet, cluster: MemberCluster, backend: Backend, labels: dict[str, str] | None = None
+    fleet: Fleet,
+    cluster: MemberCluster,
+    backend: Backend,
+    labels: dict[str, str] | None = None,
+    unschedulable_timeout: float = 120.0,
 ) -> Worker:
     config = WorkerConfig(
         cluster=cluster.name,
@@ -340,6 +353,7 @@ async def _add_worker(
         namespaces=list(cluster.worker_namespaces),
         labels=labels,
         mode="delegate" if isinstance(backend, KubeDelegateBackend) else "direct",
+        unschedulable_timeout=unschedulable_timeout,
     )
     worker = Worker(fleet.bus, backend, config, fleet.topics, registry=CollectorRegistry())
     await worker.start()
@@ -369,7 +383,8 @@ async def test_every_kind_reaches_succeeded_through_the_member_s_operator(
         name = documents[kind]["metadata"]["name"]
         status, job = await admin_request(ops, "GET", _path(kind, name))
         assert status == 200, job
-        assert job["spec"]["runPolicy"]["managedBy"] == TRAINING_OPERATOR
+        # Unset (no --delegate-managed-by): the operator takes it as its own.
+        assert "managedBy" not in job["spec"]["runPolicy"], job["spec"]["runPolicy"]
         assert job["metadata"]["labels"][LABEL_JOB_UID] == uid
         assert _true(job["status"], "Succeeded")
         # The pods are the operator's (its labels), counted as the job's by their uid label.
@@ -377,7 +392,54 @@ async def test_every_kind_reaches_succeeded_through_the_member_s_operator(
         assert pods, kind
         assert {p["metadata"]["labels"].get(LABEL_OPERATOR) for p in pods} != {"trainhub"}
         assert all(p["metadata"]["ownerReferences"][0]["kind"] == kind for p in pods)
+        # Created is told once: the worker's, when it handed the job over (the operator's
+        # own Created, and its passes while the job stays created, are the same news).
+        assert fleet.phases(uid).count(JobPhase.CREATED) == 1, (kind, fleet.phases(uid))
     assert JobPhase.RUNNING in fleet.phases(uids["PyTorchJob"])
+
+
+async def test_a_delegated_job_the_member_cannot_schedule_is_handed_back(
+    ops: MemberCluster, fleet: Fleet
+) -> None:
+    """Pods the operator made that no node can take, for the unschedulable timeout: the
+    worker tells Unschedulable, then hands the job back as direct mode does, deleting its
+    object and pods. (Assigned straight to the worker: the hub would not place a job that
+    fits no node; it ignores the hand-back of a placement it never made.)"""
+    worker = await _add_worker(fleet, ops, _delegating(ops), unschedulable_timeout=3.0)
+    name = "d-too-big"
+    replica = _replica("JAXJob", 1, "60s")
+    replica["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "64"
+    document = _document("JAXJob", name, {"Worker": replica})
+    uid = derive_job_uid("default", name)
+    document["metadata"]["uid"] = uid
+    assigned = JobAssigned(uid=uid, cluster="ops", attempt=1, job=document)
+    event = make_event(EventType.JOB_ASSIGNED, "test/hub", uid, assigned)
+    await publish_event(fleet.bus, fleet.topics.assignments("ops"), uid, event)
+
+    def reported(kind: str) -> list[CloudEvent]:
+        events = (
+            decode_event(r.headers, r.value) for r in fleet.bus.records(fleet.topics.reports("ops"))
+        )
+        return [e for e in events if e.type == kind and e.subject == uid]
+
+    def unschedulable() -> list[JobStatusUpdate]:
+        updates = [e.data_as(JobStatusUpdate) for e in reported(EventType.JOB_STATUS)]
+        return [u for u in updates if u.reason == "Unschedulable"]
+
+    await fleet.wait(lambda: bool(unschedulable()), 30, "Unschedulable")
+    told = unschedulable()[0]
+    assert told.message is not None and told.message.startswith("Unschedulable: 0/2 nodes")
+    await fleet.wait(lambda: bool(reported(EventType.JOB_HANDED_BACK)), 30, "the hand-back")
+    back = reported(EventType.JOB_HANDED_BACK)[0].data_as(JobHandedBack)
+    assert (back.cluster, back.attempt) == ("ops", 1)
+    assert back.reason.startswith("pods unschedulable for"), back
+    assert uid not in worker.runs
+
+    async def gone() -> bool:
+        found, _ = await admin_request(ops, "GET", _path("JAXJob", name))
+        return found == 404 and not await job_objects(ops, "pods", uid)
+
+    await _until(gone, 30, "its object and pods to go")
 
 
 async def test_a_failing_job_reaches_failed_with_the_operator_s_reason(
@@ -553,7 +615,8 @@ async def test_up_sandbox_in_delegate_mode_hands_the_job_to_the_operator(
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRAINHUB_SANDBOX_DIR": str(tmp_path)}
     env.pop("TRAINHUB_BOOTSTRAP", None)
     command = [sys.executable, "-m", "trainhub", "up", "--sandbox", "--no-live", "--mode"]
-    command += ["delegate", "--exit-on-finish", "--topic-prefix", f"up-{name}", str(job)]
+    command += ["delegate", "--delegate-managed-by", TRAINING_OPERATOR]
+    command += ["--exit-on-finish", "--topic-prefix", f"up-{name}", str(job)]
     done = await asyncio.to_thread(
         subprocess.run, command, env=env, capture_output=True, text=True, timeout=180
     )

@@ -41,7 +41,7 @@ from trainhub_sandbox.kube_cluster import (
 )
 from trainhub_sandbox.training_operator import build_training_operator
 from workers.backends.kube import KubeBackend
-from workers.rendering import LABEL_JOB_NAME, LABEL_JOB_UID, LABEL_OPERATOR
+from workers.rendering import LABEL_JOB_NAME, LABEL_JOB_UID, LABEL_MANAGED, LABEL_OPERATOR
 
 pytestmark = pytest.mark.kube
 __all__ = ["fleet"]  # the fixture, shared with the delegation tests
@@ -300,6 +300,114 @@ async def test_a_restarted_worker_fails_a_job_whose_object_went_while_it_was_awa
     await _until(lambda: _nothing_left(ops, uid), 30, "its pods and Services to go")
     found, _ = await admin_request(ops, "GET", _path("PyTorchJob", "gone-while-away"))
     assert found == 404
+
+
+async def test_a_suspend_patched_on_the_object_is_followed_as_the_operator_follows_it(
+    crd_sandbox: KubeSandbox, fleet: Fleet
+) -> None:
+    """`kubectl patch pytorchjob --type merge -p '{"spec":{"runPolicy":{"suspend":true}}}'`
+    suspends the job (its pods go, Suspended is told to the hub and written into the
+    object) and setting it back resumes it, as the Training Operator follows its objects."""
+    crds = crd_sandbox.clusters["crds"]
+    await _add_worker(fleet, crds, _direct(crds))
+    uid, _ = await _running_with_owned_pods(fleet, crds, "kubectl-paused")
+    path = _path("PyTorchJob", "kubectl-paused")
+
+    def phase(wanted: JobPhase) -> Callable[[], bool]:
+        return lambda: (last := fleet.last(uid)) is not None and last.phase == wanted
+
+    async def patch_suspend(suspend: bool) -> None:
+        status, reply = await admin_request(
+            crds, "PATCH", path, {"spec": {"runPolicy": {"suspend": suspend}}}
+        )
+        assert status == 200, reply
+
+    async def object_says(condition: str) -> bool:
+        _, job = await admin_request(crds, "GET", path)
+        return _true(job.get("status") or {}, condition)
+
+    await patch_suspend(True)
+    await fleet.wait(phase(JobPhase.SUSPENDED), 60, "Suspended at the hub")
+    await _until(lambda: object_says("Suspended"), 15, "the object to say Suspended")
+    await _until(lambda: _nothing_left(crds, uid), 30, "its pods and Services to go")
+    _, job = await admin_request(crds, "GET", path)
+    assert job["spec"]["runPolicy"]["suspend"] is True  # left as the user set it
+    assert not _true(job["status"], "Running"), job["status"]
+
+    await patch_suspend(False)
+    await fleet.wait(
+        lambda: JobPhase.SUSPENDED in fleet.phases(uid) and phase(JobPhase.RUNNING)(),
+        60,
+        "Running again",
+    )
+    await _until(lambda: object_says("Running"), 15, "the object to say Running")
+    _, job = await admin_request(crds, "GET", path)
+    suspended = next(c for c in job["status"]["conditions"] if c["type"] == "Suspended")
+    assert suspended["status"] == "False", job["status"]
+    assert job["spec"]["runPolicy"]["suspend"] is False
+    pods = await job_objects(crds, "pods", uid)
+    assert len(pods) == 2
+    assert all(pod["metadata"]["ownerReferences"] == [_owner(job)] for pod in pods)
+    await request(fleet.bus, fleet.topics, EventType.JOB_DELETED, uid)
+
+    async def gone() -> bool:
+        found, _ = await admin_request(crds, "GET", path)
+        return found == 404
+
+    await _until(gone, 30, "the deleted job's object to go")
+
+
+async def test_labels_edited_on_the_object_are_not_its_deletion(
+    crd_sandbox: KubeSandbox, fleet: Fleet
+) -> None:
+    """Removing trainhub's labels from the object (or adding others) leaves the job running
+    and the object followed: deleted afterwards, the job still fails for it."""
+    crds = crd_sandbox.clusters["crds"]
+    await _add_worker(fleet, crds, _direct(crds))
+    uid, _ = await _running_with_owned_pods(fleet, crds, "relabelled")
+    path = _path("PyTorchJob", "relabelled")
+    labels: dict[str, str | None] = {LABEL_MANAGED: None, LABEL_JOB_UID: None, "team": "x"}
+    status, reply = await admin_request(crds, "PATCH", path, {"metadata": {"labels": labels}})
+    assert status == 200, reply
+    assert LABEL_MANAGED not in reply["metadata"].get("labels", {}), reply["metadata"]
+    await asyncio.sleep(5)  # the watch's news, if any, is in by then
+    last = fleet.last(uid)
+    assert last is not None and last.phase == JobPhase.RUNNING, fleet.phases(uid)
+    found, job = await admin_request(crds, "GET", path)
+    assert found == 200 and _true(job.get("status") or {}, "Running")
+    assert len(await job_objects(crds, "pods", uid)) == 2
+
+    await _deleted_behind_trainhub(crds, "relabelled")
+    await fleet.wait_finished([uid], 60)
+    last = fleet.last(uid)
+    assert last is not None and last.phase == JobPhase.FAILED, fleet.phases(uid)
+    assert "PyTorchJob relabelled was deleted on crds before it ended" in (last.message or "")
+
+
+async def test_a_restarted_worker_fails_a_job_the_collector_took_whole_while_it_was_away(
+    crd_sandbox: KubeSandbox, fleet: Fleet
+) -> None:
+    """On crds the garbage collector runs: the object deleted while no worker watched takes
+    its pods and Services along, so nothing of the job is left to adopt; the restarted
+    worker still fails it, with the words of a deletion it watched."""
+    crds = crd_sandbox.clusters["crds"]
+    worker = await _add_worker(fleet, crds, _direct(crds))
+    uid, _ = await _running_with_owned_pods(fleet, crds, "collected-away")
+    await worker.stop()
+    fleet.workers.remove(worker)
+    await _deleted_behind_trainhub(crds, "collected-away")
+    await _until(lambda: _nothing_left(crds, uid), 30, "the garbage collector to take them")
+    last = fleet.last(uid)
+    assert last is not None and last.phase == JobPhase.RUNNING, fleet.phases(uid)
+
+    await _add_worker(fleet, crds, _direct(crds))
+    await fleet.wait_finished([uid], 60)
+    last = fleet.last(uid)
+    assert last is not None and last.phase == JobPhase.FAILED, fleet.phases(uid)
+    assert "PyTorchJob collected-away was deleted on crds before it ended" in (last.message or "")
+    assert await _nothing_left(crds, uid)
+    found, _ = await admin_request(crds, "GET", _path("PyTorchJob", "collected-away"))
+    assert found == 404  # not made again
 
 
 async def test_a_job_whose_name_another_object_holds_fails_and_leaves_it_be(

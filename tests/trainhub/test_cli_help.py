@@ -100,6 +100,7 @@ def flags_of(text: str) -> set[str]:
 HUB_ONLY = {"--exclusion-seconds", "--unavailable-cluster-wait", "--finished-retention"}
 WORKER_ONLY = {"--heartbeat-interval", "--unschedulable-timeout", "--run-retention"}
 WORKER_ONLY |= {"--heartbeat-overdue-after", "--gang-scheduler", "--gang-scheduler-name"}
+WORKER_ONLY |= {"--delegate-managed-by"}
 
 
 def test_each_command_lists_only_the_settings_it_uses() -> None:

@@ -119,7 +119,13 @@ def test_delegate_mode_is_kube_only_and_leaves_gangs_to_the_operator(tmp_path: P
         )
     backend = make_backend("kube", BackendRequest(cluster, kubeconfig=kubeconfig, delegate=True))
     assert isinstance(backend, KubeDelegateBackend)
-    assert backend.managed_by == TRAINING_OPERATOR
+    assert backend.managed_by is None  # unset: the operator takes the object as its own
+    chosen = BackendRequest(cluster, kubeconfig=kubeconfig, delegate=True, managed_by="x.io/y")
+    named = make_backend("kube", chosen)
+    assert isinstance(named, KubeDelegateBackend) and named.managed_by == "x.io/y"
+    for kind in ("kube", "sim"):
+        with pytest.raises(ValueError, match="--delegate-managed-by needs --mode delegate"):
+            make_backend(kind, BackendRequest(cluster, kubeconfig=kubeconfig, managed_by="x"))
     trainjob = {
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "kind": "TrainJob",

@@ -75,6 +75,29 @@ class JobObjectLost:
     """`<Kind> <name>`, as messages name the job."""
 
 
+@dataclass(frozen=True)
+class JobObjectSuspension:
+    """Someone else (`kubectl patch`) set the job's own object's `runPolicy.suspend` to
+    `suspend` while the worker held it for `attempt`: the job is to follow it, as the
+    Training Operator's jobs follow their objects."""
+
+    job_uid: str
+    attempt: int | None
+    suspend: bool
+    what: str
+    """`<Kind> <name>`, as messages name the job."""
+
+
+JobObjectNews = JobObjectLost | JobObjectSuspension
+"""What the job's own object tells the worker beyond its pods."""
+
+
+def deleted_before_it_ended(what: str, cluster: str) -> str:
+    """Why a job fails whose own object someone else deleted before it ended (`what`:
+    `<Kind> <name>`); the same words in direct and delegate mode."""
+    return f"{what} was deleted on {cluster} before it ended."
+
+
 @dataclass
 class Capacity:
     nodes: list[NodeSnapshot]
@@ -96,8 +119,9 @@ class Backend(abc.ABC):
 
     def __init__(self) -> None:
         self.observations: asyncio.Queue[PodObservation] = asyncio.Queue()
-        self.job_object_losses: asyncio.Queue[JobObjectLost] = asyncio.Queue()
-        """Jobs whose own object someone else deleted (only backends that make one say so)."""
+        self.job_object_news: asyncio.Queue[JobObjectNews] = asyncio.Queue()
+        """Jobs whose own object someone else deleted or suspended or resumed (only backends
+        that make one say so)."""
 
     def network(self) -> Network:
         """A network view for one job's rendering (local backends remap its ports)."""
@@ -113,6 +137,12 @@ class Backend(abc.ABC):
         """Create the job's own object where the cluster serves its kind (a real cluster
         with the Kubeflow CRDs), or accept that this job's exists; the job's objects made
         after it are owned by it. Others have no such object and ignore it."""
+
+    def makes_job_object(self, job: AnyJob) -> bool:
+        """Whether the job gets its own object in the cluster, whose pods and other objects
+        it owns (then a job assigned here with nothing of it left in the cluster lost that
+        object, and them with it, while no worker watched)."""
+        return False
 
     async def write_job_status(self, job: AnyJob, status: JobStatus) -> None:
         """Write the run's status into the job's own object, where it has one."""

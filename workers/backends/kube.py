@@ -5,7 +5,7 @@ gang scheduler the job's PodGroup) are created idempotently from their rendered 
 pods are watched (list + watch, 410 relist) into observations, and capacity is read from the
 nodes (followed by a watch) and every pod bound to them (listed for each heartbeat). Where the
 cluster serves the job's kubeflow.org kind, the job's own CR is made first and owns the rest,
-and is watched for a deletion by someone else (kube_job_object.py).
+and is watched for a deletion, or a suspension, by someone else (kube_job_object.py).
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ class KubeBackend(Backend):
     async def _discover_job_objects(self) -> JobObjects | None:
         """The kinds whose Kubeflow CRD the cluster serves; None when it serves none (or
         its discovery cannot be read): then nothing changes from a cluster without them."""
-        objects = JobObjects(self.api, self.cluster, self.job_object_losses)
+        objects = JobObjects(self.api, self.cluster, self.job_object_news)
         try:
             await objects.discover()
         except KubeError as error:
@@ -314,6 +314,9 @@ class KubeBackend(Backend):
     async def ensure_job_object(self, job: AnyJob, attempt: int) -> None:
         if self.job_objects is not None:
             await self.job_objects.ensure(job, attempt)
+
+    def makes_job_object(self, job: AnyJob) -> bool:
+        return self.job_objects is not None and self.job_objects.wanted(job)
 
     async def write_job_status(self, job: AnyJob, status: JobStatus) -> None:
         if self.job_objects is not None:

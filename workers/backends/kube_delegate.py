@@ -4,8 +4,8 @@ objects are watched (list + watch, 410 relist) and their status handed to the wo
 
 The job's pods are the operator's, made from the templates this backend labels with the
 job's uid, so capacity (from nodes and every pod, as in direct mode) still knows them as the
-job's, and deleting the job deletes them even where no garbage collector follows the
-object's deletion."""
+job's, their watch tells the worker when the scheduler finds no node for them, and deleting
+the job deletes them even where no garbage collector follows the object's deletion."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from workers.backends.delegated_kinds import (
     DELEGATED_PLURALS,
     KUBEFLOW_GROUP,
     KUBEFLOW_VERSION,
-    TRAINING_OPERATOR,
 )
 from workers.backends.delegating import DelegatedStatus, DelegatingBackend
 from workers.backends.kube import MANAGED_SELECTOR, KubeBackend
@@ -46,9 +45,11 @@ class KubeDelegateBackend(KubeBackend, DelegatingBackend):
 
     owns_by_job_object = False  # the object is the operator's to own the pods by
 
-    def __init__(self, *args: Any, managed_by: str | None = TRAINING_OPERATOR, **kw: Any) -> None:
-        """`managed_by`: the objects' `runPolicy.managedBy` (None: unset); other arguments
-        as KubeBackend's (a gang scheduler is the operator's business, not given here)."""
+    def __init__(self, *args: Any, managed_by: str | None = None, **kw: Any) -> None:
+        """`managed_by`: the objects' `runPolicy.managedBy` (None: unset, which the Training
+        Operator takes as its own; `TRAINING_OPERATOR` says the same; `--delegate-managed-by`);
+        other arguments as KubeBackend's (a gang scheduler is the operator's business, not
+        given here)."""
         super().__init__(*args, **kw)
         self.job_statuses: asyncio.Queue[DelegatedStatus] = asyncio.Queue()
         self.managed_by = managed_by
@@ -61,7 +62,9 @@ class KubeDelegateBackend(KubeBackend, DelegatingBackend):
         """Our objects of every kind the cluster serves, in each allowed namespace (everywhere
         when all are); listed first, so that the objects of adopted jobs report their status
         at once. A kind whose CRD is missing is refused (`delegates`); none served at all
-        fails the start. The pods are the operator's: not watched (capacity lists them)."""
+        fails the start. Then our pods, as in direct mode (the operator makes them from the
+        templates this backend labels): the worker follows only what the scheduler says of
+        them, and their logs are found by name."""
         scopes: list[str | None] = list(self.namespaces) if self.namespaces is not None else [None]
         watches: list[PodWatch] = []
         for kind, plural in DELEGATED_PLURALS.items():
@@ -96,7 +99,7 @@ class KubeDelegateBackend(KubeBackend, DelegatingBackend):
                 404,
                 "NotFound",
             )
-        return watches
+        return watches + await super()._initial_watches()
 
     async def _on_object(self, plural: str, event: str, obj: Mapping[str, Any]) -> None:
         metadata = obj.get("metadata") or {}
@@ -131,6 +134,9 @@ class KubeDelegateBackend(KubeBackend, DelegatingBackend):
             f"a worker in delegate mode hands kubeflow.org/v1 jobs to the Training Operator "
             f"({', '.join(DELEGATED_PLURALS)}); a {job.kind} is not one"
         )
+
+    def makes_job_object(self, job: AnyJob) -> bool:
+        return self.delegates(job) is None
 
     async def create_job_object(self, job: AnyJob, attempt: int) -> None:
         plural = DELEGATED_PLURALS[job.kind]

@@ -3,7 +3,12 @@ the kind's kubeflow.org CRD, the worker creates the job's CR (`runPolicy.managed
 trainhub.io/dispatcher`, so a Training Operator there leaves it alone), owns the job's objects
 by it, and writes the run's status into its status subresource (and a suspension into its
 `runPolicy.suspend`) as the operator would. The objects are watched, so that one deleted by
-someone else (`kubectl delete pytorchjob`) is told to the worker as a `JobObjectLost`."""
+someone else (`kubectl delete pytorchjob`) is told to the worker as a `JobObjectLost`, and a
+`runPolicy.suspend` someone else set there (`kubectl patch`) as a `JobObjectSuspension`.
+
+The watches select nothing by label: an object is known as the job's by its uid once made or
+found, so that a label someone edits or removes there is not taken for a deletion (a watch
+with a label selector reports an object that stops matching as DELETED)."""
 
 from __future__ import annotations
 
@@ -19,7 +24,11 @@ from typing import Any
 from schemas.kubeflow import AnyJob
 from schemas.run_policy import TRAINHUB_MANAGER
 from schemas.status import ConditionType, JobStatus
-from workers.backends.base import JobObjectLost
+from workers.backends.base import (
+    JobObjectLost,
+    JobObjectNews,
+    JobObjectSuspension,
+)
 from workers.backends.delegated_kinds import DELEGATED_PLURALS, KUBEFLOW_GROUP, KUBEFLOW_VERSION
 from workers.backends.kube_capacity import job_uid_of
 from workers.backends.kube_client import (
@@ -36,7 +45,6 @@ log = logging.getLogger(__name__)
 
 API_VERSION = f"{KUBEFLOW_GROUP}/{KUBEFLOW_VERSION}"
 _MERGE_PATCH = "application/merge-patch+json"
-_MANAGED_SELECTOR = f"{LABEL_MANAGED}={OPERATOR_NAME}"
 
 
 def job_object(job: AnyJob, attempt: int, managed_by: str | None) -> dict[str, Any]:
@@ -181,23 +189,31 @@ class JobObjects:
         self,
         api: KubeApi,
         cluster: str,
-        losses: asyncio.Queue[JobObjectLost] | None = None,
+        news: asyncio.Queue[JobObjectNews] | None = None,
     ) -> None:
-        """`losses`: where a job's object deleted by someone else is told."""
+        """`news`: where a job's object deleted, suspended or resumed by someone else is
+        told."""
         self.api = api
         self.cluster = cluster
-        self.losses: asyncio.Queue[JobObjectLost] = asyncio.Queue() if losses is None else losses
+        self.news: asyncio.Queue[JobObjectNews] = asyncio.Queue() if news is None else news
         self.served: set[str] = set()
         """Kinds whose kubeflow.org/v1 resource the cluster serves."""
         self._refs: dict[str, JobObjectRef] = {}
         """job uid -> its CR, once created or found."""
+        self._jobs: dict[str, str] = {}
+        """object uid -> job uid, for the objects in `_refs` (how watch events are matched
+        to their jobs, whatever labels the objects carry by then)."""
+        self._generations: dict[str, int] = {}
+        """job uid -> the newest `metadata.generation` of its object seen or written: an
+        event of an older spec is no news about it."""
         self._attempts: dict[str, int] = {}
         """job uid -> the attempt its CR was created or found for: another attempt reads it
         again (it may have been deleted and made anew meanwhile)."""
         self._written: dict[str, dict[str, Any]] = {}
         """job uid -> the status body last written (unchanged ones are not sent again)."""
         self._suspended: dict[str, bool] = {}
-        """job uid -> the object's `spec.runPolicy.suspend` as created or last patched."""
+        """job uid -> the object's `spec.runPolicy.suspend` as created, last patched, or
+        last seen set by someone else."""
         self._seen: dict[str, tuple[str, str, str]] = {}
         """object uid -> (job uid, plural, namespace) of every one of our objects the watches
         have seen: a relist that lacks one saw it go."""
@@ -245,7 +261,7 @@ class JobObjects:
                 self.api,
                 DELEGATED_PLURALS[kind],
                 scope,
-                _MANAGED_SELECTOR,
+                "",  # every object of the kind: see the module's docstring
                 functools.partial(self._on_object, DELEGATED_PLURALS[kind]),
                 functools.partial(self._on_listed, DELEGATED_PLURALS[kind]),
                 timeout_seconds=timeout_seconds,
@@ -276,14 +292,64 @@ class JobObjects:
     async def _on_object(self, plural: str, event: str, obj: Mapping[str, Any]) -> None:
         metadata = obj.get("metadata") or {}
         uid = str(metadata.get("uid") or "")
-        job_uid = job_uid_of(obj)
+        held = self._jobs.get(uid)
+        labels = metadata.get("labels") or {}
+        ours = labels.get(LABEL_MANAGED) == OPERATOR_NAME
+        job_uid = held if held is not None else (job_uid_of(obj) if ours else None)
         if job_uid is None or not uid:
-            return
+            return  # someone else's object (the watch sees every one of the kind)
         if event == "DELETED":
             self._seen.pop(uid, None)
             self._gone(job_uid, uid)
             return
         self._seen[uid] = (job_uid, plural, str(metadata.get("namespace")))
+        if held is not None:
+            self._follow_object(job_uid, obj)
+
+    def _follow_object(self, job_uid: str, obj: Mapping[str, Any]) -> None:
+        """A newer spec of the job's object: a `runPolicy.suspend` that is not what the
+        worker wrote or last saw is someone else's, told as a `JobObjectSuspension`."""
+        metadata = obj.get("metadata") or {}
+        generation = int(metadata.get("generation") or 0)
+        if generation <= self._generations.get(job_uid, 0):
+            return  # as seen or written already, or older (a stale event)
+        self._generations[job_uid] = generation
+        run_policy = (obj.get("spec") or {}).get("runPolicy") or {}
+        suspend = bool(run_policy.get("suspend"))
+        before = self._suspended.get(job_uid)
+        self._suspended[job_uid] = suspend
+        if before is None or before == suspend:
+            return  # (None: nothing known to compare with; now it is)
+        ref = self._refs[job_uid]
+        log.info(
+            "%s %s/%s was %s by someone else",
+            ref.plural,
+            ref.namespace,
+            ref.name,
+            "suspended" if suspend else "resumed",
+            extra=self._extra(job_uid),
+        )
+        what = f"{ref.kind} {ref.name}"
+        self.news.put_nowait(
+            JobObjectSuspension(job_uid, self._attempts.get(job_uid), suspend, what)
+        )
+
+    def _hold(self, job_uid: str, ref: JobObjectRef, attempt: int) -> None:
+        self._drop(job_uid)
+        self._refs[job_uid] = ref
+        self._jobs[ref.uid] = job_uid
+        self._attempts[job_uid] = attempt
+
+    def _drop(self, job_uid: str) -> tuple[JobObjectRef | None, int | None]:
+        """Forget the job's object (and what was written into it); returns it and the
+        attempt it was held for."""
+        ref = self._refs.pop(job_uid, None)
+        if ref is not None:
+            self._jobs.pop(ref.uid, None)
+        self._written.pop(job_uid, None)
+        self._suspended.pop(job_uid, None)
+        self._generations.pop(job_uid, None)
+        return ref, self._attempts.pop(job_uid, None)
 
     def _on_listed(self, plural: str, namespace: str | None, uids: set[str]) -> None:
         """A (re)list of one kind in one scope: objects seen before and missing now went."""
@@ -299,10 +365,7 @@ class JobObjects:
         ref = self._refs.get(job_uid)
         if ref is None or ref.uid != uid:
             return
-        attempt = self._attempts.pop(job_uid, None)
-        del self._refs[job_uid]
-        self._written.pop(job_uid, None)
-        self._suspended.pop(job_uid, None)
+        _, attempt = self._drop(job_uid)
         if attempt is not None:
             self._lost[job_uid] = attempt
         log.warning(
@@ -312,7 +375,7 @@ class JobObjects:
             ref.name,
             extra=self._extra(job_uid),
         )
-        self.losses.put_nowait(JobObjectLost(job_uid, attempt, f"{ref.kind} {ref.name}"))
+        self.news.put_nowait(JobObjectLost(job_uid, attempt, f"{ref.kind} {ref.name}"))
 
     def note_owners(self, objects: Sequence[Mapping[str, Any]]) -> None:
         """The owners the job's listed objects name (see `_owners`), replacing the last
@@ -358,7 +421,7 @@ class JobObjects:
             name,
             extra=self._extra(job.uid),
         )
-        self.losses.put_nowait(JobObjectLost(job.uid, attempt, f"{job.kind} {name}"))
+        self.news.put_nowait(JobObjectLost(job.uid, attempt, f"{job.kind} {name}"))
         return True
 
     def wanted(self, job: AnyJob) -> bool:
@@ -417,9 +480,9 @@ class JobObjects:
         metadata = found.get("metadata") or {}
         run_policy = (found.get("spec") or {}).get("runPolicy") or {}
         ref = JobObjectRef(job.kind, namespace, name, str(metadata.get("uid") or ""))
-        self._refs[job.uid] = ref
-        self._attempts[job.uid] = attempt
+        self._hold(job.uid, ref, attempt)
         self._suspended[job.uid] = bool(run_policy.get("suspend"))
+        self._generations[job.uid] = int(metadata.get("generation") or 0)
         return ref
 
     async def write_status(self, job: AnyJob, status: JobStatus) -> None:
@@ -461,13 +524,16 @@ class JobObjects:
 
     async def _follow_suspension(self, job: AnyJob, suspended: bool) -> None:
         """The object's `spec.runPolicy.suspend` says what the run is (suspended or resumed
-        through the hub), as a suspension through the object would have said it."""
-        if self._suspended.get(job.uid) == suspended:
+        through the hub), as a suspension through the object would have said it. Noted as
+        written before it is sent: the watch may bring the change before the answer."""
+        before = self._suspended.get(job.uid)
+        if before == suspended:
             return
         plural = DELEGATED_PLURALS[job.kind]
         namespace, name = job.metadata.namespace, job.metadata.name
+        self._suspended[job.uid] = suspended
         try:
-            await self.api.send(
+            reply = await self.api.call(
                 "patch",
                 plural,
                 namespace,
@@ -481,6 +547,11 @@ class JobObjects:
                 _content_type=_MERGE_PATCH,
             )
         except KubeError as error:
+            if job.uid in self._refs:  # (not lost meanwhile)
+                if before is None:
+                    self._suspended.pop(job.uid, None)
+                else:
+                    self._suspended[job.uid] = before
             log.warning(
                 "%s %s/%s not marked suspend=%s: %s",
                 plural,
@@ -491,16 +562,15 @@ class JobObjects:
                 extra=self._extra(job.uid),
             )
             return
-        self._suspended[job.uid] = suspended
+        generation = int((reply.get("metadata") or {}).get("generation") or 0)
+        if job.uid in self._refs and generation > self._generations.get(job.uid, 0):
+            self._generations[job.uid] = generation
 
     async def delete(self, job_uid: str, found: list[JobObjectRef]) -> None:
         """Delete the job's CR: the one known, and those its objects' ownerReferences name
         (a restarted worker knows them only so)."""
         refs = {(r.kind, r.namespace, r.name): r for r in found}
-        known = self._refs.pop(job_uid, None)
-        self._attempts.pop(job_uid, None)
-        self._written.pop(job_uid, None)
-        self._suspended.pop(job_uid, None)
+        known, _ = self._drop(job_uid)
         if known is not None:
             refs[(known.kind, known.namespace, known.name)] = known
         for ref in refs.values():

@@ -40,6 +40,9 @@ class BackendRequest:
     """kube: the gang scheduler whose PodGroups the worker makes (None: none)."""
     delegate: bool = False
     """kube: hand each job to the cluster's Training Operator instead of making its pods."""
+    managed_by: str | None = None
+    """kube in delegate mode: the objects' `runPolicy.managedBy` (None: unset, the
+    operator's own)."""
 
     def logs_dir(self) -> Path | None:
         return None if self.logs_root is None else self.logs_root / self.cluster.name
@@ -79,6 +82,8 @@ def _no_gangs(request: BackendRequest, kind: str) -> None:
         raise ValueError(
             f"--mode delegate needs --backend kube (the {kind} backend has no operator)"
         )
+    if request.managed_by is not None:
+        raise ValueError("--delegate-managed-by needs --mode delegate")
 
 
 def _kube(request: BackendRequest) -> Backend:
@@ -98,8 +103,11 @@ def _kube(request: BackendRequest) -> Backend:
                 context=request.context,
                 cluster=request.cluster.name,
                 namespaces=request.namespaces,
+                managed_by=request.managed_by,
             ),
         )
+    if request.managed_by is not None:
+        raise ValueError("--delegate-managed-by needs --mode delegate")
     # Imported on use: kubernetes_asyncio is heavy, and embedded runs never need it.
     kube = importlib.import_module("workers.backends.kube")
     return cast(
