@@ -131,11 +131,17 @@ async def test_a_running_trainjob_is_suspended_and_resumed_with_trainers_conditi
     assert "runPolicy" not in running.spec["spec"]
     # No Running condition: upstream's TrainJob has none (the phase says it).
     assert conditions(running) == [CREATED]
+    (node,) = running.status.jobsStatus or []
+    assert (node.name, node.active, node.succeeded, node.suspended) == ("node", 1, 0, 0)
 
     await client.suspend_job("tj")
     suspended = await until(client, "tj", JobPhase.SUSPENDED)
     assert conditions(suspended) == [CREATED, SUSPENDED]
     assert suspended.status.replicaStatuses["node"].active == 0
+    # Upstream's jobsStatus reaches the hub with the worker's status: the node Job suspended.
+    assert [s.model_dump() for s in suspended.status.jobsStatus or []] == [
+        {"name": "node", "ready": 0, "succeeded": 0, "failed": 0, "active": 0, "suspended": 1}
+    ]
     assert await client.is_job_created("tj")
 
     await client.resume_job("tj")
@@ -144,6 +150,9 @@ async def test_a_running_trainjob_is_suspended_and_resumed_with_trainers_conditi
     assert conditions(done) == [CREATED, RESUMED, COMPLETE]
     assert await client.is_job_succeeded("tj")  # the v1 kinds' word answers for Complete
     assert done.status.replicaStatuses["node"].succeeded == 2
+    assert [s.model_dump() for s in done.status.jobsStatus or []] == [
+        {"name": "node", "ready": 0, "succeeded": 1, "failed": 0, "active": 0, "suspended": 0}
+    ]
 
 
 async def test_a_trainjob_submitted_suspended_is_held_until_resumed(
@@ -244,6 +253,9 @@ async def test_get_and_describe_show_a_trainjob_as_trainer_would(
         (*RESUMED, ["lastTransitionTime", "message", "reason", "status", "type"]),
         (*COMPLETE, ["lastTransitionTime", "message", "reason", "status", "type"]),
     ]
+    assert item["status"]["jobsStatus"] == [
+        {"name": "node", "ready": 0, "succeeded": 1, "failed": 0, "active": 0, "suspended": 0}
+    ]
     assert item["status"]["trainhub"]["phase"] == "Succeeded"
     assert item["status"]["trainhub"]["replicaStatuses"]["node"]["succeeded"] == 2
     assert resource_name(job) == "trainjob.trainer.kubeflow.org/shown"
@@ -268,3 +280,5 @@ async def test_get_and_describe_show_a_trainjob_as_trainer_would(
     shown = [tuple(cell.strip() for cell in row) for row in conditions_rows]
     assert ("Suspended", "False", "Resumed") in shown
     assert ("Complete", "True", "AllJobsCompleted") in shown
+    jobs_rows = [line.split("│")[1:7] for line in text.split("jobs status")[1].splitlines()]
+    assert ["node", "0", "1", "0", "0", "0"] in [[c.strip() for c in r] for r in jobs_rows]

@@ -252,3 +252,107 @@ def test_a_jobs_own_service_names_in_its_env_reach_the_pod_on_every_network() ->
         assert env(pod)["ELSEWHERE"] == "other-node-0-0:6666"  # not this job's
         assert env(pod)["PROCESS_ID"] == "$(JOB_COMPLETION_INDEX)"
     assert port != 6666
+
+
+def jobs_status(run: JobRun) -> list[tuple[str, int, int, int, int, int]]:
+    return [
+        (s.name, s.ready, s.succeeded, s.failed, s.active, s.suspended)
+        for s in run.status.jobsStatus or []
+    ]
+
+
+def test_jobs_status_counts_each_replicated_jobs_child_job_as_jobset_does() -> None:
+    """Upstream's `status.jobsStatus` (Kubeflow Trainer v2.1.0 copies JobSet's
+    `replicatedJobsStatus`): per replicated job, in the runtime's order, the number of its
+    child Jobs (one each) ready (succeeded + ready pods >= the pods it expects), succeeded,
+    failed, active (a pod Pending or Running) and suspended; a Job not created yet counts
+    nowhere."""
+    use_runtime_dirs([RUNTIMES])
+    job = parse_job(
+        trainjob(
+            "torch-with-assets",
+            namespace="team-a",
+            runtimeRef={"name": "torch-with-assets", "kind": "TrainingRuntime"},
+            trainer={"numNodes": 2},
+        )
+    )
+    run = JobRun(render_job(job), "c", 1)
+    run.start()
+    run.observe(PodObservation(job.uid, "tj-dataset-initializer-0-0", "Running"))
+    assert jobs_status(run) == [
+        ("dataset-initializer", 1, 0, 0, 1, 0),
+        ("model-initializer", 0, 0, 0, 0, 0),
+        ("node", 0, 0, 0, 0, 0),
+    ]
+    run.observe(PodObservation(job.uid, "tj-dataset-initializer-0-0", "Succeeded", 0))
+    run.observe(PodObservation(job.uid, "tj-model-initializer-0-0", "Succeeded", 0))
+    run.observe(PodObservation(job.uid, "tj-node-0-0", "Running"))
+    # One of two nodes running: the node Job is active, not ready.
+    assert jobs_status(run) == [
+        ("dataset-initializer", 0, 1, 0, 0, 0),
+        ("model-initializer", 0, 1, 0, 0, 0),
+        ("node", 0, 0, 0, 1, 0),
+    ]
+    run.observe(PodObservation(job.uid, "tj-node-0-1", "Running"))
+    assert jobs_status(run)[2] == ("node", 1, 0, 0, 1, 0)
+    run.suspend()
+    assert jobs_status(run) == [
+        ("dataset-initializer", 0, 1, 0, 0, 0),
+        ("model-initializer", 0, 1, 0, 0, 0),
+        ("node", 0, 0, 0, 0, 1),
+    ]
+    run.resume()
+    for name in ("tj-dataset-initializer-0-0", "tj-model-initializer-0-0"):
+        run.observe(PodObservation(job.uid, name, "Succeeded", 0))
+    run.observe(PodObservation(job.uid, "tj-node-0-0", "Succeeded", 0))
+    run.observe(PodObservation(job.uid, "tj-node-0-1", "Succeeded", 0))
+    assert run.phase.value == "Succeeded"
+    assert jobs_status(run) == [
+        ("dataset-initializer", 0, 1, 0, 0, 0),
+        ("model-initializer", 0, 1, 0, 0, 0),
+        ("node", 0, 1, 0, 0, 0),
+    ]
+    dumped = run.status.model_dump(mode="json", exclude_none=True)["jobsStatus"][2]
+    assert dumped == {
+        "name": "node",
+        "ready": 0,
+        "succeeded": 1,
+        "failed": 0,
+        "active": 0,
+        "suspended": 0,
+    }
+
+
+def test_jobs_status_names_the_failed_replicated_job() -> None:
+    job = parse_job(trainjob("plain-distributed", trainer={"numNodes": 2}))
+    run = JobRun(render_job(job), "c", 1)
+    run.start()
+    run.observe(PodObservation(job.uid, "tj-node-0-0", "Running"))
+    # A batch Job's pods are retried up to its backoffLimit (6), then the Job fails.
+    for _ in range(7):
+        run.observe(PodObservation(job.uid, "tj-node-0-1", "Failed", 3))
+    assert run.phase.value == "Failed", run.status.conditions
+    assert jobs_status(run) == [("node", 0, 0, 1, 0, 0)]
+
+
+def test_the_v1_kinds_have_no_jobs_status() -> None:
+    job = parse_job(
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": {"name": "pt"},
+            "spec": {
+                "pytorchReplicaSpecs": {
+                    "Master": {
+                        "replicas": 1,
+                        "template": {"spec": {"containers": [{"name": "pytorch", "image": "x"}]}},
+                    }
+                }
+            },
+        }
+    )
+    run = JobRun(render_job(job), "c", 1)
+    run.start()
+    run.observe(PodObservation(job.uid, "pt-master-0", "Running"))
+    assert run.status.jobsStatus is None
+    assert "jobsStatus" not in run.status.model_dump(mode="json", exclude_none=True)

@@ -11,6 +11,7 @@ from typing import ClassVar
 
 from schemas.kubeflow import AnyJob
 from schemas.pod import EnvVar, PodSpec
+from schemas.status import ReplicatedJobStatus
 from workers.network import Network
 
 _INTEGER = re.compile(r"^[+-]?\d+$")
@@ -24,6 +25,10 @@ class ReplicaCounts:
     failed: int = 0
     succeeded_indexes: frozenset[int] = frozenset()
     """Which replica indexes succeeded: TFJob's rule asks about worker 0 in particular."""
+    running: int = 0
+    """Pods Running (a JobSet counts them ready); 0 while the job is suspended."""
+    held: bool = False
+    """Not created yet: the replica type waits for those it depends on."""
 
 
 @dataclass(frozen=True)
@@ -161,6 +166,13 @@ class FrameworkAdapter(abc.ABC):
         """The replica types whose pods must reach a status (`Complete`: all succeeded;
         `Ready`: all running or succeeded) before `rtype`'s pods are created."""
         return ()
+
+    def jobs_status(
+        self, job: AnyJob, counts: Mapping[str, ReplicaCounts], *, suspended: bool, failed: bool
+    ) -> list[ReplicatedJobStatus] | None:
+        """A TrainJob's `status.jobsStatus` (one entry per replicated job); None for kinds
+        whose status has no such list."""
+        return None
 
     def config_maps(self, job: AnyJob, running: Collection[str] = ()) -> list[ConfigData]:
         """ConfigMaps to create before the pods, and to write again as the job's pods start

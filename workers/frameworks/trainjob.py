@@ -9,6 +9,7 @@ from typing import Any
 
 from schemas.kubeflow import AnyJob
 from schemas.pod import EnvVar, PodSpec
+from schemas.status import ReplicatedJobStatus
 from schemas.trainer import LAUNCHER, NODE
 from schemas.trainjob import TrainJob
 from workers.frameworks.base import (
@@ -79,6 +80,33 @@ class TrainJobAdapter(FrameworkAdapter):
         """The runtime's `dependsOn`: the trainer's nodes after the initializers, as JobSet
         creates a replicated job's Job only once those it depends on are Complete (Ready)."""
         return (_trainjob(job).resolved.depends_on or {}).get(rtype, ())
+
+    def jobs_status(
+        self, job: AnyJob, counts: Mapping[str, ReplicaCounts], *, suspended: bool, failed: bool
+    ) -> list[ReplicatedJobStatus] | None:
+        """Upstream's `status.jobsStatus`, copied from the JobSet's `replicatedJobsStatus`
+        (Kubeflow Trainer v2.1.0's JobSet plugin; JobSet counts its child Jobs, one per
+        replicated job here): a Job not created yet (waiting on `dependsOn`) counts nowhere; a
+        finished one is `succeeded` (all its pods) or `failed` (its pod's failure failed the
+        TrainJob); an unfinished one is `ready` when its succeeded and ready (Running) pods
+        are all it expects, `active` with a pod Pending or Running, `suspended` while the
+        TrainJob is."""
+        statuses = []
+        for rtype in _trainjob(job).replica_specs:
+            c = counts.get(rtype, ReplicaCounts(expected=0))
+            entry = ReplicatedJobStatus(name=rtype)
+            if c.held:
+                pass
+            elif failed and c.failed > 0:
+                entry.failed = 1
+            elif c.expected > 0 and c.succeeded >= c.expected:
+                entry.succeeded = 1
+            else:
+                entry.ready = int(c.succeeded + c.running >= c.expected)
+                entry.active = int(c.active > 0)
+                entry.suspended = int(suspended)
+            statuses.append(entry)
+        return statuses
 
     def config_maps(self, job: AnyJob, running: Collection[str] = ()) -> list[ConfigData]:
         """MPI: `<job>-mpi-hostfile`, the launcher first where it runs training too."""
