@@ -99,17 +99,22 @@ class ServicePlan:
     labels: dict[str, str]
     selector: dict[str, str]
     ports: list[tuple[str, int]]
+    publish_not_ready: bool = False
+    """`publishNotReadyAddresses`: its pods' names resolve before they are ready (JobSet's)."""
 
     def manifest(self) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "clusterIP": "None",
+            "selector": self.selector,
+            "ports": [{"name": n, "port": p, "targetPort": p} for n, p in self.ports],
+        }
+        if self.publish_not_ready:
+            spec["publishNotReadyAddresses"] = True
         return {
             "apiVersion": "v1",
             "kind": "Service",
             "metadata": {"name": self.name, "namespace": self.namespace, "labels": self.labels},
-            "spec": {
-                "clusterIP": "None",
-                "selector": self.selector,
-                "ports": [{"name": n, "port": p, "targetPort": p} for n, p in self.ports],
-            },
+            "spec": spec,
         }
 
 
@@ -198,6 +203,10 @@ class RenderedJob:
     adapter: FrameworkAdapter
     pods: list[PodPlan] = field(default_factory=list)
     services: list[ServicePlan] = field(default_factory=list)
+    """One per pod, named like it (created and deleted with it)."""
+    job_services: list[ServicePlan] = field(default_factory=list)
+    """The job's own, created before its pods and kept until the job goes (a TrainJob's
+    JobSet-style headless Service, named after the job: its pods' subdomain)."""
     config_maps: list[ConfigMapPlan] = field(default_factory=list)
     """Created before the pods that mount them."""
     access: list[AccessPlan] = field(default_factory=list)
@@ -212,6 +221,7 @@ class RenderedJob:
             group
             + [m for a in self.access for m in a.manifests()]
             + [c.manifest() for c in self.config_maps]
+            + [s.manifest() for s in self.job_services]
             + [s.manifest() for s in self.services]
             + [p.manifest() for p in self.pods]
         )
@@ -401,6 +411,23 @@ def render_job(
                 rules=access.rules,
             )
         )
+    subdomain = adapter.subdomain(job)
+    if subdomain is not None:
+        selector = {
+            LABEL_JOB_NAME: job.metadata.name,
+            LABEL_OPERATOR: OPERATOR_NAME,
+            LABEL_JOB_UID: job.uid,
+        }
+        rendered.job_services.append(
+            ServicePlan(
+                name=subdomain,
+                namespace=job.metadata.namespace,
+                labels=_job_labels(job, attempt),
+                selector=selector,
+                ports=[],
+                publish_not_ready=True,
+            )
+        )
     for rtype in job.replica_specs:
         for index in range(job.replicas_of(rtype)):
             pod = _pod_plan(
@@ -431,8 +458,9 @@ _SERVICE_SUFFIXES = ("", ".{ns}", ".{ns}.svc", ".{ns}.svc.cluster.local")
 
 
 def _reach_own_services(rendered: RenderedJob, net: Network) -> None:
-    """A variable whose value names one of the job's own Services (`<service>`, with
-    `.<namespace>[.svc[.cluster.local]]` or not, with `:<port>` or not: what a user writes
+    """A variable whose value names one of the job's own Services (`<service>`, or
+    `<pod>.<subdomain>` where the job's pods have one, with `.<namespace>[.svc[.cluster.local]]`
+    or not, with `:<port>` or not: what a user writes
     where no operator injects a peer's address, as a TrainJob on the plain runtime) gets the
     address under which this network reaches it. Cluster DNS resolves the names as written;
     on `local` they become 127.0.0.1 and the job's own port for that Service."""
@@ -440,8 +468,15 @@ def _reach_own_services(rendered: RenderedJob, net: Network) -> None:
     names = {s.name for s in rendered.services}
     if all(net.host(name, namespace) == name for name in names):
         return  # names resolve where the pods run
+    # A pod's name under its job's subdomain (`<pod>.<subdomain>`, JobSet's DNS hostnames)
+    # reaches the pod as its own Service does.
+    subdomain = rendered.adapter.subdomain(rendered.job)
+    qualified = [""] if subdomain is None else ["", f".{subdomain}"]
     written = {
-        name + suffix.format(ns=namespace): name for name in names for suffix in _SERVICE_SUFFIXES
+        name + under + suffix.format(ns=namespace): name
+        for name in names
+        for under in qualified
+        for suffix in _SERVICE_SUFFIXES
     }
 
     def reached(value: str) -> str | None:

@@ -71,15 +71,40 @@ def test_torch_distributed() -> None:
             # `auto` on CPUs only: the CPU limit, as upstream's Torch plugin counts it.
             "PET_NPROC_PER_NODE": "4",
             "PET_NODE_RANK": str(rank),
-            "PET_MASTER_ADDR": "tj-node-0-0",
+            # Upstream's Torch plugin (v2.0.0): `<trainjob>-node-0-0.<trainjob>`, node 0's
+            # hostname under the JobSet's subdomain.
+            "PET_MASTER_ADDR": "tj-node-0-0.tj",
             "PET_MASTER_PORT": "29500",
             "EPOCHS": "2",
         }
+        extra = pod.spec.model_extra or {}
+        assert (extra["hostname"], extra["subdomain"]) == (f"tj-node-0-{rank}", "tj")
         node = pod.spec.containers[0]
         assert node.image == "example/torch:1" and node.command == ["torchrun", "train.py"]
         assert pod.requests == {"cpu": 4, "memory": 2 * 1024**3}
     assert rendered.pods[0].labels["training.kubeflow.org/job-role"] == "master"
     assert [s.name for s in rendered.services] == [p.name for p in rendered.pods]
+    # JobSet's headless Service, named after the JobSet (the TrainJob), selecting every pod and
+    # publishing them before they are ready, makes `<pod>.<trainjob>` resolve.
+    (subdomain,) = rendered.job_services
+    manifest = subdomain.manifest()
+    assert manifest["metadata"]["name"] == "tj"
+    assert manifest["spec"]["clusterIP"] == "None"
+    assert manifest["spec"]["publishNotReadyAddresses"] is True
+    assert manifest["spec"]["ports"] == []
+    for pod in rendered.pods:
+        assert all(pod.labels[k] == v for k, v in manifest["spec"]["selector"].items())
+    assert manifest in rendered.manifests()
+
+
+def test_torch_master_address_reaches_node_0_on_local() -> None:
+    job = parse_job(trainjob("torch-distributed", trainer={"numNodes": 2}))
+    net = LoopbackNetwork()
+    first, second = render_job(job, net).pods
+    port = net.port("tj-node-0-0", 29500)
+    for pod in (first, second):
+        assert env(pod)["PET_MASTER_ADDR"] == "127.0.0.1"
+        assert env(pod)["PET_MASTER_PORT"] == str(port)
 
 
 def test_torch_numprocpernode_as_given_with_gpus() -> None:
@@ -237,6 +262,7 @@ def test_a_jobs_own_service_names_in_its_env_reach_the_pod_on_every_network() ->
     address = [
         {"name": "COORDINATOR_ADDRESS", "value": "tj-node-0-0:6666"},
         {"name": "PEER", "value": "tj-node-0-1.default.svc"},
+        {"name": "HOSTNAME_PEER", "value": "tj-node-0-1.tj:7777"},
         {"name": "ELSEWHERE", "value": "other-node-0-0:6666"},
         {"name": "PROCESS_ID", "value": "$(JOB_COMPLETION_INDEX)"},
     ]
@@ -249,6 +275,7 @@ def test_a_jobs_own_service_names_in_its_env_reach_the_pod_on_every_network() ->
     for pod in (first, second):
         assert env(pod)["COORDINATOR_ADDRESS"] == f"127.0.0.1:{port}"
         assert env(pod)["PEER"] == "127.0.0.1"
+        assert env(pod)["HOSTNAME_PEER"] == f"127.0.0.1:{net.port('tj-node-0-1', 7777)}"
         assert env(pod)["ELSEWHERE"] == "other-node-0-0:6666"  # not this job's
         assert env(pod)["PROCESS_ID"] == "$(JOB_COMPLETION_INDEX)"
     assert port != 6666

@@ -162,6 +162,12 @@ class FrameworkAdapter(abc.ABC):
         master = self.master_endpoint(job)
         return master is not None and self.pod_name(job, rtype, index) != master.service
 
+    def subdomain(self, job: AnyJob) -> str | None:
+        """Where the kind's pods get DNS hostnames (`<pod>.<subdomain>`, as a JobSet's): the
+        name of a headless Service of the job's own, which the pods set as `subdomain` (and
+        their names as `hostname`); None for kinds without."""
+        return None
+
     def depends_on(self, job: AnyJob, rtype: str) -> tuple[tuple[str, str], ...]:
         """The replica types whose pods must reach a status (`Complete`: all succeeded;
         `Ready`: all running or succeeded) before `rtype`'s pods are created."""

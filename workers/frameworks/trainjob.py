@@ -60,11 +60,13 @@ class TrainJobAdapter(FrameworkAdapter):
         env = {"JOB_COMPLETION_INDEX": str(index)}
         if resolved.policy == "torch" and rtype == NODE:
             master = self.pod_name(job, NODE, 0)
+            # Upstream's Torch plugin: node 0's JobSet DNS hostname, `<job>-node-0-0.<job>`
+            # (rendering maps it to the address a network without that DNS reaches it on).
             env |= {
                 "PET_NNODES": str(resolved.num_nodes),
                 "PET_NPROC_PER_NODE": resolved.proc_per_node,
                 "PET_NODE_RANK": str(index),
-                "PET_MASTER_ADDR": net.host(master, job.metadata.namespace),
+                "PET_MASTER_ADDR": f"{master}.{self.subdomain(job)}",
                 "PET_MASTER_PORT": str(net.port(master, self.default_port)),
             }
         if resolved.policy == "mpi" and rtype == LAUNCHER:
@@ -75,6 +77,11 @@ class TrainJobAdapter(FrameworkAdapter):
                 "OMPI_MCA_plm_rsh_args": RSH_ARGS,
             }
         return plain_env(env)
+
+    def subdomain(self, job: AnyJob) -> str:
+        """JobSet's default `network.subdomain`: the JobSet's (TrainJob's) name, a headless
+        Service of that name selecting every pod, each pod's hostname its name."""
+        return job.metadata.name
 
     def depends_on(self, job: AnyJob, rtype: str) -> tuple[tuple[str, str], ...]:
         """The runtime's `dependsOn`: the trainer's nodes after the initializers, as JobSet
@@ -125,6 +132,10 @@ class TrainJobAdapter(FrameworkAdapter):
         ]
 
     def decorate_pod(self, job: AnyJob, rtype: str, index: int, spec: PodSpec) -> PodSpec:
+        # An Indexed Job's pod is `<job name>-<index>` as hostname; JobSet sets the subdomain.
+        spec = spec.model_copy(
+            update={"hostname": self.pod_name(job, rtype, index), "subdomain": self.subdomain(job)}
+        )
         if _trainjob(job).resolved.policy != "mpi" or rtype != LAUNCHER:
             return spec
         main = self.env_container(job, rtype)
