@@ -111,6 +111,8 @@ class DecisionExecutor:
                     await self._backend.create_config_map(uid, config_map)
                 for service in run.rendered.job_services:
                     await self._backend.create_service(uid, service)
+                for secret in run.rendered.secrets:
+                    await self._backend.create_secret(uid, secret)
                 for access in run.rendered.access:
                     await self._backend.create_access(uid, access)
                 self._unprepared.discard(uid)

@@ -4,6 +4,7 @@ asking which kind it is."""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -119,6 +120,26 @@ class ServicePlan:
 
 
 @dataclass
+class SecretPlan:
+    name: str
+    namespace: str
+    labels: dict[str, str]
+    type: str
+    data: dict[str, str]
+    immutable: bool = True
+
+    def manifest(self) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": self.name, "namespace": self.namespace, "labels": self.labels},
+            "type": self.type,
+            "data": {k: base64.b64encode(v.encode()).decode() for k, v in self.data.items()},
+            "immutable": self.immutable,
+        }
+
+
+@dataclass
 class ConfigMapPlan:
     name: str
     namespace: str
@@ -209,6 +230,8 @@ class RenderedJob:
     JobSet-style headless Service, named after the job: its pods' subdomain)."""
     config_maps: list[ConfigMapPlan] = field(default_factory=list)
     """Created before the pods that mount them."""
+    secrets: list[SecretPlan] = field(default_factory=list)
+    """Created before the pods that mount them, never updated."""
     access: list[AccessPlan] = field(default_factory=list)
     """Created before the pods that run under their ServiceAccounts."""
     pod_group: PodGroupPlan | None = None
@@ -221,6 +244,7 @@ class RenderedJob:
             group
             + [m for a in self.access for m in a.manifests()]
             + [c.manifest() for c in self.config_maps]
+            + [s.manifest() for s in self.secrets]
             + [s.manifest() for s in self.job_services]
             + [s.manifest() for s in self.services]
             + [p.manifest() for p in self.pods]
@@ -401,6 +425,17 @@ def render_job(
     net = net or ClusterNetwork()
     rendered = RenderedJob(job=job, adapter=adapter)
     rendered.config_maps = config_map_plans(job, attempt)
+    rendered.secrets = [
+        SecretPlan(
+            name=secret.name,
+            namespace=job.metadata.namespace,
+            labels=_own_labels(job, attempt),
+            type=secret.type,
+            data=secret.data,
+            immutable=secret.immutable,
+        )
+        for secret in adapter.secrets(job)
+    ]
     for access in adapter.access(job):
         rendered.access.append(
             AccessPlan(

@@ -7,6 +7,9 @@ writes `<host> slots=<numProcPerNode>` per node into `<job>-mpi-hostfile`, mount
 
 from __future__ import annotations
 
+import base64
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,12 +21,14 @@ from schemas.trainer import RuntimeRef
 from schemas.trainer_runtimes import reset_runtime_catalog, runtime_catalog, use_runtime_dirs
 from schemas.trainjob import TrainJob
 from schemas.trainjob_resolution import resolve
+from workers import ssh_keys
 from workers.backends.base import PodObservation
 from workers.frameworks.base import ReplicaCounts
 from workers.frameworks.trainjob import TrainJobAdapter
 from workers.job_run import JobRun
 from workers.network import LoopbackNetwork
-from workers.rendering import PodPlan, render_job
+from workers.rendering import LABEL_JOB_UID, PodPlan, render_job
+from workers.ssh_keys import ecdsa_p521_key_pair
 
 RUNTIMES = Path(__file__).parent.parent / "data" / "trainer"
 
@@ -383,3 +388,111 @@ def test_the_v1_kinds_have_no_jobs_status() -> None:
     run.observe(PodObservation(job.uid, "pt-master-0", "Running"))
     assert run.status.jobsStatus is None
     assert "jobsStatus" not in run.status.model_dump(mode="json", exclude_none=True)
+
+
+def volume_mounts(pod: PodPlan, container: str = "node") -> list[dict[str, Any]]:
+    found = next(c for c in pod.spec.containers if c.name == container)
+    return list((found.model_extra or {}).get("volumeMounts", []))
+
+
+def test_mpi_ssh_auth_secret_is_made_and_mounted_as_upstream() -> None:
+    """Upstream's MPI plugin (v2.0.0): an immutable `kubernetes.io/ssh-auth` Secret
+    `<trainjob>-mpi-ssh-auth` (`ssh-privatekey`: an ECDSA P-521 key, PEM `EC PRIVATE KEY`;
+    `ssh-publickey`: its authorized_keys line), as volume `mpi-ssh-auth` on the launcher's and
+    nodes' pods (`ssh-privatekey` → id_rsa, `ssh-publickey` → id_rsa.pub and
+    authorized_keys), mounted at the runtime's `sshAuthMountPath` in their `node` containers;
+    the hostfile as before, on the launcher only."""
+    job = parse_job(trainjob("mpi-distributed", trainer={"numNodes": 3}))
+    rendered = render_job(job)
+    (secret,) = rendered.secrets
+    manifest = secret.manifest()
+    assert manifest["metadata"]["name"] == "tj-mpi-ssh-auth"
+    assert manifest["type"] == "kubernetes.io/ssh-auth" and manifest["immutable"] is True
+    assert sorted(manifest["data"]) == ["ssh-privatekey", "ssh-publickey"]
+    private = base64.b64decode(manifest["data"]["ssh-privatekey"]).decode()
+    public = base64.b64decode(manifest["data"]["ssh-publickey"]).decode()
+    assert private.startswith("-----BEGIN EC PRIVATE KEY-----\n")
+    assert private.endswith("-----END EC PRIVATE KEY-----\n")
+    assert public.startswith("ecdsa-sha2-nistp521 ") and public.endswith("\n")
+    assert manifest in rendered.manifests()
+    assert secret.labels[LABEL_JOB_UID] == job.uid
+
+    ssh_volume = {
+        "name": "mpi-ssh-auth",
+        "secret": {
+            "secretName": "tj-mpi-ssh-auth",
+            "items": [
+                {"key": "ssh-privatekey", "path": "id_rsa"},
+                {"key": "ssh-publickey", "path": "id_rsa.pub"},
+                {"key": "ssh-publickey", "path": "authorized_keys"},
+            ],
+        },
+    }
+    hostfile_volume = {
+        "name": "mpi-hostfile",
+        "configMap": {
+            "name": "tj-mpi-hostfile",
+            "items": [{"key": "hostfile", "path": "hostfile", "mode": 0o444}],
+        },
+    }
+    launcher, *nodes = rendered.pods
+    assert (launcher.spec.model_extra or {})["volumes"] == [ssh_volume, hostfile_volume]
+    # The shipped runtime's sshAuthMountPath (upstream's mpi-distributed).
+    assert volume_mounts(launcher) == [
+        {"name": "mpi-ssh-auth", "mountPath": "/home/mpiuser/.ssh"},
+        {"name": "mpi-hostfile", "mountPath": "/etc/mpi"},
+    ]
+    assert [p.name for p in nodes] == ["tj-node-0-0", "tj-node-0-1"]
+    for node in nodes:
+        assert (node.spec.model_extra or {})["volumes"] == [ssh_volume]
+        assert volume_mounts(node) == [{"name": "mpi-ssh-auth", "mountPath": "/home/mpiuser/.ssh"}]
+        assert "OMPI_MCA_orte_default_hostfile" not in env(node)
+    # The hostfile itself is unchanged.
+    assert rendered.config_maps[0].data == {
+        "hostfile": "tj-launcher-0-0 slots=1\ntj-node-0-0 slots=1\ntj-node-0-1 slots=1\n"
+    }
+    # Upstream's default mount path where the runtime names none.
+    runtime = runtime_catalog().find(RuntimeRef(name="mpi-distributed"), "default")
+    assert runtime is not None and runtime.spec.mlPolicy is not None
+    assert runtime.spec.mlPolicy.mpi is not None
+    default_path = runtime.model_copy(deep=True)
+    assert default_path.spec.mlPolicy is not None and default_path.spec.mlPolicy.mpi is not None
+    default_path.spec.mlPolicy.mpi.sshAuthMountPath = None
+    default_path.metadata.name = "mpi-default-path"
+    runtime_catalog().add(default_path)
+    other = render_job(parse_job(trainjob("mpi-default-path", trainer={"numNodes": 2})))
+    assert {"name": "mpi-ssh-auth", "mountPath": "/root/.ssh"} in volume_mounts(other.pods[1])
+
+
+def test_other_runtimes_make_no_secret() -> None:
+    for runtime in ("torch-distributed", "plain-distributed"):
+        rendered = render_job(parse_job(trainjob(runtime, trainer={"numNodes": 2})))
+        assert rendered.secrets == []
+        assert all("mpi-ssh-auth" not in str(p.spec.model_extra) for p in rendered.pods)
+
+
+@pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs ssh-keygen")
+def test_the_mpi_key_pair_is_one_openssh_reads(tmp_path: Path) -> None:
+    keys = ecdsa_p521_key_pair()
+    private = tmp_path / "id_rsa"
+    private.write_text(keys.private_pem)
+    private.chmod(0o600)
+    derived = subprocess.run(
+        ["ssh-keygen", "-y", "-f", str(private)], capture_output=True, text=True, check=True
+    ).stdout
+    assert derived.split()[:2] == keys.authorized_key.split()[:2]
+    assert keys != ecdsa_p521_key_pair()  # a fresh key each time
+
+
+def test_the_p521_arithmetic_is_the_curves() -> None:
+    generator = (ssh_keys.GX, ssh_keys.GY)
+    assert ssh_keys.on_curve(generator)
+    assert ssh_keys.multiply(ssh_keys.N, generator) is None  # the order of G
+    # d = 1: the public key is G itself.
+    one = ecdsa_p521_key_pair(1)
+    blob = base64.b64decode(one.authorized_key.split()[1])
+    assert blob.endswith(
+        b"\x04" + ssh_keys.GX.to_bytes(66, "big") + ssh_keys.GY.to_bytes(66, "big")
+    )
+    with pytest.raises(ValueError):
+        ecdsa_p521_key_pair(ssh_keys.N)

@@ -50,6 +50,18 @@ class ConfigData:
 
 
 @dataclass(frozen=True)
+class SecretData:
+    """A Secret a kind needs besides its pods (a TrainJob's MPI SSH keys), created once
+    before them and never changed (`immutable`); rendering adds the namespace and labels."""
+
+    name: str
+    type: str
+    data: dict[str, str]
+    """Key to text (the manifest base64-encodes it)."""
+    immutable: bool = True
+
+
+@dataclass(frozen=True)
 class AccessRule:
     """One RBAC rule in the core API group; no `resource_names` means every object."""
 
@@ -183,6 +195,10 @@ class FrameworkAdapter(abc.ABC):
     def config_maps(self, job: AnyJob, running: Collection[str] = ()) -> list[ConfigData]:
         """ConfigMaps to create before the pods, and to write again as the job's pods start
         and stop running (`running`: the names of those Running now)."""
+        return []
+
+    def secrets(self, job: AnyJob) -> list[SecretData]:
+        """Secrets to create before the pods that mount them."""
         return []
 
     def access(self, job: AnyJob) -> list[AccessData]:

@@ -8,7 +8,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from schemas.kubeflow import AnyJob
-from schemas.pod import EnvVar, PodSpec
+from schemas.pod import Container, EnvVar, PodSpec
 from schemas.status import ReplicatedJobStatus
 from schemas.trainer import LAUNCHER, NODE
 from schemas.trainjob import TrainJob
@@ -16,15 +16,29 @@ from workers.frameworks.base import (
     ConfigData,
     FrameworkAdapter,
     ReplicaCounts,
+    SecretData,
     all_succeeded,
     plain_env,
 )
 from workers.network import Network
+from workers.ssh_keys import ecdsa_p521_key_pair
 
 HOSTFILE_DIR = "/etc/mpi"
 HOSTFILE_NAME = "hostfile"
 HOSTFILE_VOLUME = "mpi-hostfile"
 RSH_ARGS = "-o ConnectionAttempts=10"
+SSH_AUTH_SUFFIX = "-mpi-ssh-auth"
+SSH_AUTH_VOLUME = "mpi-ssh-auth"
+SSH_AUTH_TYPE = "kubernetes.io/ssh-auth"
+SSH_PRIVATE_KEY = "ssh-privatekey"
+"""corev1.SSHAuthPrivateKey."""
+SSH_PUBLIC_KEY = "ssh-publickey"
+SSH_KEY_FILES = (
+    (SSH_PRIVATE_KEY, "id_rsa"),
+    (SSH_PUBLIC_KEY, "id_rsa.pub"),
+    (SSH_PUBLIC_KEY, "authorized_keys"),
+)
+"""The Secret's keys as upstream mounts them (its file names, whatever the key's algorithm)."""
 
 
 def _trainjob(job: AnyJob) -> TrainJob:
@@ -35,6 +49,20 @@ def _trainjob(job: AnyJob) -> TrainJob:
 
 def hostfile_config_map_name(job: AnyJob) -> str:
     return f"{job.metadata.name}-mpi-hostfile"
+
+
+def ssh_auth_secret_name(job: AnyJob) -> str:
+    return f"{job.metadata.name}{SSH_AUTH_SUFFIX}"
+
+
+def _with_mount(container: Container, mount: dict[str, Any]) -> Container:
+    """Upstream's UpsertVolumeMounts: replace a mount of the same name, else append."""
+    mounts = [
+        m
+        for m in (container.model_extra or {}).get("volumeMounts", [])
+        if m["name"] != mount["name"]
+    ]
+    return container.model_copy(update={"volumeMounts": [*mounts, mount]})
 
 
 class TrainJobAdapter(FrameworkAdapter):
@@ -131,32 +159,62 @@ class TrainJobAdapter(FrameworkAdapter):
             )
         ]
 
+    def secrets(self, job: AnyJob) -> list[SecretData]:
+        """MPI: `<job>-mpi-ssh-auth`, upstream's SSH keys for mpirun to reach the nodes (an
+        immutable `kubernetes.io/ssh-auth` Secret: `ssh-privatekey` an ECDSA P-521 key,
+        `ssh-publickey` its authorized_keys line), made once per TrainJob."""
+        if _trainjob(job).resolved.policy != "mpi":
+            return []
+        keys = ecdsa_p521_key_pair()
+        return [
+            SecretData(
+                name=ssh_auth_secret_name(job),
+                type=SSH_AUTH_TYPE,
+                data={SSH_PRIVATE_KEY: keys.private_pem, SSH_PUBLIC_KEY: keys.authorized_key},
+            )
+        ]
+
     def decorate_pod(self, job: AnyJob, rtype: str, index: int, spec: PodSpec) -> PodSpec:
-        # An Indexed Job's pod is `<job name>-<index>` as hostname; JobSet sets the subdomain.
+        """Every pod: its name as hostname, the job's subdomain (an Indexed Job's pod under
+        JobSet). MPI, as upstream's plugin: the SSH keys' Secret on the launcher's and nodes'
+        pods, mounted at `sshAuthMountPath` in their `node` containers; the hostfile at
+        /etc/mpi in the launcher's."""
         spec = spec.model_copy(
             update={"hostname": self.pod_name(job, rtype, index), "subdomain": self.subdomain(job)}
         )
-        if _trainjob(job).resolved.policy != "mpi" or rtype != LAUNCHER:
+        resolved = _trainjob(job).resolved
+        if resolved.policy != "mpi" or rtype not in (LAUNCHER, NODE):
             return spec
-        main = self.env_container(job, rtype)
-        mount = {"name": HOSTFILE_VOLUME, "mountPath": HOSTFILE_DIR}
-        containers = [
-            c.model_copy(
-                update={"volumeMounts": [*(c.model_extra or {}).get("volumeMounts", []), mount]}
-            )
-            if c.name == main
-            else c
-            for c in spec.containers
+        volumes: list[dict[str, Any]] = [
+            {
+                "name": SSH_AUTH_VOLUME,
+                "secret": {
+                    "secretName": ssh_auth_secret_name(job),
+                    "items": [{"key": key, "path": path} for key, path in SSH_KEY_FILES],
+                },
+            }
         ]
-        volume: dict[str, Any] = {
-            "name": HOSTFILE_VOLUME,
-            "configMap": {
-                "name": hostfile_config_map_name(job),
-                "items": [{"key": HOSTFILE_NAME, "path": HOSTFILE_NAME, "mode": 0o444}],
-            },
-        }
-        volumes = [*(spec.model_extra or {}).get("volumes", []), volume]
-        return spec.model_copy(update={"containers": containers, "volumes": volumes})
+        mounts = [{"name": SSH_AUTH_VOLUME, "mountPath": resolved.ssh_auth_mount_path}]
+        if rtype == LAUNCHER:
+            volumes.append(
+                {
+                    "name": HOSTFILE_VOLUME,
+                    "configMap": {
+                        "name": hostfile_config_map_name(job),
+                        "items": [{"key": HOSTFILE_NAME, "path": HOSTFILE_NAME, "mode": 0o444}],
+                    },
+                }
+            )
+            mounts.append({"name": HOSTFILE_VOLUME, "mountPath": HOSTFILE_DIR})
+        containers = []
+        for container in spec.containers:
+            if container.name == NODE:
+                for mount in mounts:
+                    container = _with_mount(container, mount)
+            containers.append(container)
+        names = {v["name"] for v in volumes}
+        kept = [v for v in (spec.model_extra or {}).get("volumes", []) if v["name"] not in names]
+        return spec.model_copy(update={"containers": containers, "volumes": [*kept, *volumes]})
 
     def succeeded(self, job: AnyJob, counts: Mapping[str, ReplicaCounts]) -> bool:
         """JobSet's successPolicy: every pod of the target replicated jobs (all by default)."""
