@@ -20,6 +20,7 @@ from trainhub.cli_get_jobs import GetOutput, job_item, print_jobs, resource_name
 from trainhub.cli_jobs import describe_text
 from trainhub.cli_submit import managers
 from trainhub.embedded import Embedded, EmbeddedOptions
+from trainhub.sdk_errors import JobUpdateError
 from trainhub.sdk_view import TrainHubJob
 from trainhub.settings import TrainhubSettings
 from workers.cluster_spec import parse_cluster_spec
@@ -196,14 +197,33 @@ async def test_an_update_of_spec_suspend_suspends_and_resumes_a_running_trainjob
     await client.update_job(changed)
     suspended = await until(client, "upd", JobPhase.SUSPENDED)
     assert conditions(suspended)[-1] == SUSPENDED
-    # Suspended, its pods are gone: now the trainer may change, as upstream's may not once
-    # created (the hub places it again with the new spec when it is resumed).
+    # Suspended, its pods are gone: its trainer and podSpecOverrides may change (the hub
+    # places it again with the new spec when it is resumed), as upstream's may while it stays
+    # suspended; its runtimeRef never (upstream's CRD: "runtimeRef is immutable").
+    other_runtime = copy.deepcopy(changed)
+    other_runtime["spec"]["runtimeRef"] = {"name": "sim-short"}
+    with pytest.raises(
+        JobUpdateError, match=r"spec\.runtimeRef: Invalid value: runtimeRef is immutable"
+    ):
+        await client.update_job(other_runtime)
+    override = {
+        "targetJobs": [{"name": "node"}],
+        "tolerations": [{"key": "x", "operator": "Exists"}],
+    }
+    changed["spec"]["podSpecOverrides"] = [override]
+    changed["spec"]["trainer"]["numNodes"] = 1
+    resumed_with_change = copy.deepcopy(changed)
+    resumed_with_change["spec"]["suspend"] = False
+    with pytest.raises(JobUpdateError, match="PodSpecOverrides can only be modified when the"):
+        await client.update_job(resumed_with_change)
+    await client.update_job(changed)  # still suspended: accepted
     changed["spec"]["suspend"] = False
-    changed["spec"]["runtimeRef"] = {"name": "sim-short"}
     await client.update_job(changed)
     done = await client.wait_for_job_conditions("upd", timeout=30)
     assert done.phase == JobPhase.SUCCEEDED
     assert conditions(done)[-1] == COMPLETE
+    assert done.spec is not None and done.spec["spec"]["podSpecOverrides"] == [override]
+    assert done.status.replicaStatuses["node"].succeeded == 1
 
 
 async def test_a_failed_trainjob_has_trainers_failed_condition(
