@@ -18,7 +18,12 @@ import pytest
 
 from schemas.job_parsing import parse_job
 from schemas.trainer import RuntimeRef
-from schemas.trainer_runtimes import reset_runtime_catalog, runtime_catalog, use_runtime_dirs
+from schemas.trainer_runtimes import (
+    parse_runtime,
+    reset_runtime_catalog,
+    runtime_catalog,
+    use_runtime_dirs,
+)
 from schemas.trainjob import TrainJob
 from schemas.trainjob_resolution import resolve
 from workers import ssh_keys
@@ -496,3 +501,34 @@ def test_the_p521_arithmetic_is_the_curves() -> None:
     )
     with pytest.raises(ValueError):
         ecdsa_p521_key_pair(ssh_keys.N)
+
+
+def test_torch_elastic_policy_is_accepted_and_not_applied_as_upstream() -> None:
+    """Kubeflow Trainer v2.0.0's Torch plugin leaves `elasticPolicy` for when JobSet supports
+    elastic Jobs: a runtime with one is valid (without `mlPolicy.numNodes`, its CEL rule), and
+    its nodes get the same fixed-size torchrun variables."""
+    runtime = runtime_catalog().find(RuntimeRef(name="torch-distributed"), "default")
+    assert runtime is not None and runtime.spec.mlPolicy is not None
+    elastic = runtime.model_dump(mode="json", exclude_none=True)
+    elastic["metadata"]["name"] = "torch-elastic"
+    elastic["spec"]["mlPolicy"].pop("numNodes", None)
+    elastic["spec"]["mlPolicy"]["torch"]["elasticPolicy"] = {
+        "minNodes": 1,
+        "maxNodes": 3,
+        "maxRestarts": 2,
+    }
+    runtime_catalog().add(parse_runtime(elastic))
+    job = parse_job(trainjob("torch-elastic", trainer={"numNodes": 2}))
+    _, second = render_job(job).pods
+    assert env(second) == {
+        "JOB_COMPLETION_INDEX": "1",
+        "PET_NNODES": "2",
+        "PET_NPROC_PER_NODE": "auto",
+        "PET_NODE_RANK": "1",
+        "PET_MASTER_ADDR": "tj-node-0-0.tj",
+        "PET_MASTER_PORT": "29500",
+    }
+    # Upstream's CEL rule still holds: numNodes with an elasticPolicy is refused.
+    elastic["spec"]["mlPolicy"]["numNodes"] = 2
+    with pytest.raises(ValueError, match=r"numNodes should not be set if torch\.elasticPolicy"):
+        parse_runtime(elastic)
