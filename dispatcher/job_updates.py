@@ -5,8 +5,11 @@ made from the spec when the job is placed, so the spec may change freely while n
 exist: the job is queued, held suspended by the hub, or suspended in its cluster (the hub
 then takes it back, and places it again with the new spec when it is resumed). A job whose
 pods exist may only be suspended or resumed (`runPolicy.suspend`); its kind and
-`runPolicy.managedBy` never change. The hub applies these rules; the SDK and CLI check them
-first, so that a refusal is an error at once rather than a dead letter later.
+`runPolicy.managedBy` never change. A TrainJob follows Kubeflow Trainer v2.0.0's rules besides:
+`spec.runtimeRef` is immutable (its CRD's CEL rule), and `spec.podSpecOverrides` may change
+only in an update that leaves the TrainJob suspended (its JobSet plugin's webhook). The hub
+applies these rules; the SDK and CLI check them first, so that a refusal is an error at once
+rather than a dead letter later.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 from schemas.job_controls import control_field, job_controls
 from schemas.kubeflow import AnyJob
 from schemas.status import JobPhase
+from schemas.trainjob import TrainJob
 
 RUNNING_PHASES = (JobPhase.ASSIGNED, JobPhase.CREATED, JobPhase.RUNNING, JobPhase.RESTARTING)
 """A job placed and not suspended: its worker runs its pods, or is about to."""
@@ -48,9 +52,28 @@ def update_problem(current: AnyJob | None, phase: JobPhase | None, new: AnyJob) 
             f"{current.run_policy.managedBy or '(unset)'}, the update says "
             f"{new.run_policy.managedBy or '(unset)'}"
         )
+    if isinstance(new, TrainJob) and isinstance(current, TrainJob):
+        problem = _trainjob_problem(current, new)
+        if problem is not None:
+            return f"TrainJob {key}: {problem}"
     if phase in RUNNING_PHASES and _without_suspend(new) != _without_suspend(current):
         return (
             f"job {key} is {phase.value}: only {control_field(new.kind, 'suspend')} may "
             "change while its pods exist; suspend it, update it, then resume it"
+        )
+    return None
+
+
+def _trainjob_problem(current: TrainJob, new: TrainJob) -> str | None:
+    """Upstream's update rules, in its words: the CRD's `self == oldSelf` on runtimeRef and
+    the JobSet plugin's check of podSpecOverrides against the new `spec.suspend`."""
+    if new.spec.runtimeRef != current.spec.runtimeRef:
+        return "spec.runtimeRef: Invalid value: runtimeRef is immutable"
+    overrides = [o.model_dump(mode="json") for o in new.spec.podSpecOverrides or []]
+    before = [o.model_dump(mode="json") for o in current.spec.podSpecOverrides or []]
+    if overrides != before and new.spec.suspend is not True:
+        return (
+            "spec.podSpecOverrides: Forbidden: PodSpecOverrides can only be modified when the "
+            "TrainJob is suspended"
         )
     return None

@@ -40,11 +40,28 @@ class ReplicaStatus(BaseModel):
     selector: str | None = None
 
 
+class ReplicatedJobStatus(BaseModel):
+    """One entry of a TrainJob's `status.jobsStatus` (Kubeflow Trainer's JobStatus, as its
+    controller copies it from the JobSet's `replicatedJobsStatus`): how many of the replicated
+    job's child Jobs (one here) are ready, succeeded, failed, active or suspended."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    ready: int = Field(default=0, ge=0)
+    succeeded: int = Field(default=0, ge=0)
+    failed: int = Field(default=0, ge=0)
+    active: int = Field(default=0, ge=0)
+    suspended: int = Field(default=0, ge=0)
+
+
 class JobStatus(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     conditions: list[JobCondition] = Field(default_factory=list)
     replicaStatuses: dict[str, ReplicaStatus] = Field(default_factory=dict)
+    jobsStatus: list[ReplicatedJobStatus] | None = None
+    """A TrainJob's only (see ReplicatedJobStatus); None for the v1 kinds."""
     startTime: datetime | None = None
     completionTime: datetime | None = None
     lastReconcileTime: datetime | None = None

@@ -44,6 +44,8 @@ class ResolvedTrainJob:
     success_targets: tuple[str, ...]
     """The replicated jobs whose completion completes the TrainJob (JobSet's successPolicy)."""
     run_launcher_as_node: bool = False
+    ssh_auth_mount_path: str = "/root/.ssh"
+    """MPI: where the SSH keys' Secret is mounted in the `node` containers."""
     depends_on: dict[str, tuple[tuple[str, str], ...]] | None = None
     """Per replicated job, the jobs it waits for and the status it waits for each to reach
     (JobSet's `dependsOn`: `Complete`, every pod succeeded; `Ready`, every pod running or
@@ -192,8 +194,10 @@ def resolve(
                 )
         procs = _torch_procs(spec, ml.torch.numProcPerNode)
     launcher_as_node = False
+    ssh_path = "/root/.ssh"
     if policy == "mpi" and ml is not None and ml.mpi is not None:
         launcher_as_node = bool(ml.mpi.runLauncherAsNode)
+        ssh_path = ml.mpi.sshAuthMountPath or ssh_path
         asked = trainer.numProcPerNode if trainer is not None else None
         if asked is not None and not isinstance(asked, int):
             problems.append(
@@ -266,6 +270,7 @@ def resolve(
         proc_per_node=procs,
         success_targets=targets,
         run_launcher_as_node=launcher_as_node,
+        ssh_auth_mount_path=ssh_path,
         depends_on=depends_on,
     )
 

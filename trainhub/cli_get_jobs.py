@@ -134,9 +134,10 @@ def job_item(job: TrainHubJob) -> dict[str, Any]:
 
 
 def trainjob_object(job: TrainHubJob) -> dict[str, Any]:
-    """A TrainJob as Kubeflow Trainer's apiserver holds it: its status the conditions only
+    """A TrainJob as Kubeflow Trainer's apiserver holds it: its status the conditions
     (metav1.Condition: type, status, reason, message, lastTransitionTime), in upstream's
-    words; trainhub's pod counts per replicated job go under `status.trainhub`."""
+    words, and `jobsStatus` (per replicated job: name, ready, succeeded, failed, active,
+    suspended); trainhub's pod counts per replicated job go under `status.trainhub`."""
     document: dict[str, Any] = copy.deepcopy(job.spec) if job.spec else {}
     document.setdefault("apiVersion", JOB_CLASSES[TRAINJOB_KIND].API_VERSION)
     document.setdefault("kind", TRAINJOB_KIND)
@@ -160,6 +161,10 @@ def trainjob_object(job: TrainHubJob) -> dict[str, Any]:
             {"type": "Failed", "status": "True", "reason": job.reason, "message": job.message}
         )
     document["status"] = {"conditions": conditions} if conditions else {}
+    if job.status.jobsStatus:
+        document["status"]["jobsStatus"] = [
+            entry.model_dump(mode="json") for entry in job.status.jobsStatus
+        ]
     return document
 
 

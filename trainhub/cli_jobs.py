@@ -395,6 +395,14 @@ def describe_text(job: TrainHubJob) -> None:
         for rtype, counts in job.status.replicaStatuses.items():
             table.add_row(rtype, str(counts.active), str(counts.succeeded), str(counts.failed))
         console.print(table)
+    if job.status.jobsStatus:
+        table = Table(title="jobs status", title_justify="left", header_style="bold")
+        columns = ("name", "ready", "succeeded", "failed", "active", "suspended")
+        for column in columns:
+            table.add_column(column)
+        for entry in job.status.jobsStatus:
+            table.add_row(*(str(getattr(entry, column)) for column in columns))
+        console.print(table)
     if job.conditions:
         console.print(_conditions_table(job))
     if job.events:

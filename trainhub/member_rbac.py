@@ -1,13 +1,14 @@
 """A worker's least-privilege identity in its member cluster, as RBAC objects: its pods,
-services and configmaps (and pod logs, and events), and the ServiceAccount, Role and
-RoleBinding of an MPIJob's launcher, only in the allowed namespaces (every namespace when the
-worker accepts jobs for all); read-only nodes; and read-only pods cluster-wide, because a
-node's free capacity depends on everyone's pods. With a gang scheduler, also its PodGroups in
-those namespaces and read-only PriorityClasses (they order a PodGroup's minResources). In
-direct mode, the Kubeflow jobs (kubeflow.org/v1) whose objects it makes where the cluster
-serves their CRDs (create, get, patch, delete, and a patch of their status); in delegate mode,
-those it hands the member's Training Operator, in those namespaces. `trainhub member-rbac`
-prints them for a real cluster; the sandbox creates them for its worker user."""
+services, configmaps and secrets (a TrainJob's MPI SSH keys; and pod logs, and events), and
+the ServiceAccount, Role and RoleBinding of an MPIJob's launcher, only in the allowed
+namespaces (every namespace when the worker accepts jobs for all); read-only nodes; and
+read-only pods cluster-wide, because a node's free capacity depends on everyone's pods. With a
+gang scheduler, also its PodGroups in those namespaces and read-only PriorityClasses (they
+order a PodGroup's minResources). In direct mode, the Kubeflow jobs (kubeflow.org/v1) whose
+objects it makes where the cluster serves their CRDs (create, get, patch, delete, and a patch
+of their status); in delegate mode, those it hands the member's Training Operator, in those
+namespaces. `trainhub member-rbac` prints them for a real cluster; the sandbox creates them
+for its worker user."""
 
 from __future__ import annotations
 
@@ -123,6 +124,9 @@ def _namespaced_rules(
         # MPIJob's hostfile; created before the pods, its host discovery script patched as
         # workers start and stop running, deleted with the job.
         _rule("configmaps", ["create", "get", "list", "delete", "patch"]),
+        # A TrainJob's MPI SSH keys (Kubeflow Trainer's `<job>-mpi-ssh-auth`): created once,
+        # immutable, deleted with the job by label. Never read: no get, list or watch.
+        _rule("secrets", ["create", "deletecollection"]),
         _rule("pods/log", ["get"]),
         _rule("events", ["create"]),
         # An MPIJob's launcher runs as a ServiceAccount of its own whose Role lets it read

@@ -115,6 +115,10 @@ class DecisionExecutor:
             if uid in self._unprepared:
                 for config_map in run.rendered.config_maps:
                     await self._backend.create_config_map(uid, config_map)
+                for service in run.rendered.job_services:
+                    await self._backend.create_service(uid, service)
+                for secret in run.rendered.secrets:
+                    await self._backend.create_secret(uid, secret)
                 for access in run.rendered.access:
                     await self._backend.create_access(uid, access)
                 self._unprepared.discard(uid)

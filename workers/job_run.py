@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from schemas.conditions import JobStep, condition_words, mark_step, set_condition
@@ -481,6 +481,10 @@ class JobRun:
                 succeeded=sum(p.phase == "Succeeded" for p in states),
                 failed=sum(p.phase == "Failed" for p in states),
                 succeeded_indexes=frozenset(p.plan.index for p in states if p.phase == "Succeeded"),
+                running=0
+                if self.suspended
+                else sum(p.phase == "Running" and not p.held for p in states),
+                held=bool(states) and all(p.held for p in states),
             )
         return result
 
@@ -488,6 +492,18 @@ class JobRun:
         # Upstream counts a succeeded job's replicas that are still active as succeeded:
         # they are stopped (cleanPodPolicy) or left to finish, never reported running.
         done = self.phase == JobPhase.SUCCEEDED
+        counts = self.counts()
+        self.status.jobsStatus = self.rendered.adapter.jobs_status(
+            self.job,
+            {
+                rtype: replace(c, active=0, running=0, succeeded=c.succeeded + c.active)
+                if done
+                else c
+                for rtype, c in counts.items()
+            },
+            suspended=self.suspended,
+            failed=self.phase == JobPhase.FAILED,
+        )
         self.status.replicaStatuses = {
             rtype: ReplicaStatus(
                 active=0 if done else c.active,
@@ -495,7 +511,7 @@ class JobRun:
                 failed=c.failed,
                 selector=self._selector(rtype),
             )
-            for rtype, c in self.counts().items()
+            for rtype, c in counts.items()
         }
 
     def _selector(self, rtype: str) -> str:

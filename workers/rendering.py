@@ -4,6 +4,7 @@ asking which kind it is."""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -99,17 +100,42 @@ class ServicePlan:
     labels: dict[str, str]
     selector: dict[str, str]
     ports: list[tuple[str, int]]
+    publish_not_ready: bool = False
+    """`publishNotReadyAddresses`: its pods' names resolve before they are ready (JobSet's)."""
 
     def manifest(self) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "clusterIP": "None",
+            "selector": self.selector,
+            "ports": [{"name": n, "port": p, "targetPort": p} for n, p in self.ports],
+        }
+        if self.publish_not_ready:
+            spec["publishNotReadyAddresses"] = True
         return {
             "apiVersion": "v1",
             "kind": "Service",
             "metadata": {"name": self.name, "namespace": self.namespace, "labels": self.labels},
-            "spec": {
-                "clusterIP": "None",
-                "selector": self.selector,
-                "ports": [{"name": n, "port": p, "targetPort": p} for n, p in self.ports],
-            },
+            "spec": spec,
+        }
+
+
+@dataclass
+class SecretPlan:
+    name: str
+    namespace: str
+    labels: dict[str, str]
+    type: str
+    data: dict[str, str]
+    immutable: bool = True
+
+    def manifest(self) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": self.name, "namespace": self.namespace, "labels": self.labels},
+            "type": self.type,
+            "data": {k: base64.b64encode(v.encode()).decode() for k, v in self.data.items()},
+            "immutable": self.immutable,
         }
 
 
@@ -198,8 +224,14 @@ class RenderedJob:
     adapter: FrameworkAdapter
     pods: list[PodPlan] = field(default_factory=list)
     services: list[ServicePlan] = field(default_factory=list)
+    """One per pod, named like it (created and deleted with it)."""
+    job_services: list[ServicePlan] = field(default_factory=list)
+    """The job's own, created before its pods and kept until the job goes (a TrainJob's
+    JobSet-style headless Service, named after the job: its pods' subdomain)."""
     config_maps: list[ConfigMapPlan] = field(default_factory=list)
     """Created before the pods that mount them."""
+    secrets: list[SecretPlan] = field(default_factory=list)
+    """Created before the pods that mount them, never updated."""
     access: list[AccessPlan] = field(default_factory=list)
     """Created before the pods that run under their ServiceAccounts."""
     pod_group: PodGroupPlan | None = None
@@ -212,6 +244,8 @@ class RenderedJob:
             group
             + [m for a in self.access for m in a.manifests()]
             + [c.manifest() for c in self.config_maps]
+            + [s.manifest() for s in self.secrets]
+            + [s.manifest() for s in self.job_services]
             + [s.manifest() for s in self.services]
             + [p.manifest() for p in self.pods]
         )
@@ -391,6 +425,17 @@ def render_job(
     net = net or ClusterNetwork()
     rendered = RenderedJob(job=job, adapter=adapter)
     rendered.config_maps = config_map_plans(job, attempt)
+    rendered.secrets = [
+        SecretPlan(
+            name=secret.name,
+            namespace=job.metadata.namespace,
+            labels=_own_labels(job, attempt),
+            type=secret.type,
+            data=secret.data,
+            immutable=secret.immutable,
+        )
+        for secret in adapter.secrets(job)
+    ]
     for access in adapter.access(job):
         rendered.access.append(
             AccessPlan(
@@ -399,6 +444,23 @@ def render_job(
                 service_account=access.service_account,
                 labels={**access.labels, **_own_labels(job, attempt)},
                 rules=access.rules,
+            )
+        )
+    subdomain = adapter.subdomain(job)
+    if subdomain is not None:
+        selector = {
+            LABEL_JOB_NAME: job.metadata.name,
+            LABEL_OPERATOR: OPERATOR_NAME,
+            LABEL_JOB_UID: job.uid,
+        }
+        rendered.job_services.append(
+            ServicePlan(
+                name=subdomain,
+                namespace=job.metadata.namespace,
+                labels=_job_labels(job, attempt),
+                selector=selector,
+                ports=[],
+                publish_not_ready=True,
             )
         )
     for rtype in job.replica_specs:
@@ -431,8 +493,9 @@ _SERVICE_SUFFIXES = ("", ".{ns}", ".{ns}.svc", ".{ns}.svc.cluster.local")
 
 
 def _reach_own_services(rendered: RenderedJob, net: Network) -> None:
-    """A variable whose value names one of the job's own Services (`<service>`, with
-    `.<namespace>[.svc[.cluster.local]]` or not, with `:<port>` or not: what a user writes
+    """A variable whose value names one of the job's own Services (`<service>`, or
+    `<pod>.<subdomain>` where the job's pods have one, with `.<namespace>[.svc[.cluster.local]]`
+    or not, with `:<port>` or not: what a user writes
     where no operator injects a peer's address, as a TrainJob on the plain runtime) gets the
     address under which this network reaches it. Cluster DNS resolves the names as written;
     on `local` they become 127.0.0.1 and the job's own port for that Service."""
@@ -440,8 +503,15 @@ def _reach_own_services(rendered: RenderedJob, net: Network) -> None:
     names = {s.name for s in rendered.services}
     if all(net.host(name, namespace) == name for name in names):
         return  # names resolve where the pods run
+    # A pod's name under its job's subdomain (`<pod>.<subdomain>`, JobSet's DNS hostnames)
+    # reaches the pod as its own Service does.
+    subdomain = rendered.adapter.subdomain(rendered.job)
+    qualified = [""] if subdomain is None else ["", f".{subdomain}"]
     written = {
-        name + suffix.format(ns=namespace): name for name in names for suffix in _SERVICE_SUFFIXES
+        name + under + suffix.format(ns=namespace): name
+        for name in names
+        for under in qualified
+        for suffix in _SERVICE_SUFFIXES
     }
 
     def reached(value: str) -> str | None:

@@ -1,7 +1,8 @@
 """One TrainJob per shipped training runtime (torch-distributed, mpi-distributed,
 plain-distributed) through the whole flow on the sandbox's real clusters: hub → `kube`
 workers → pods bound by kube-scheduler and run by kwok → Succeeded, with the objects upstream's
-runtime would make (torch's `PET_*` env, MPI's hostfile ConfigMap).
+runtime would make (torch's `PET_*` env and JobSet's subdomain Service, MPI's hostfile
+ConfigMap and SSH keys' Secret).
 
 kwok runs no containers: each shipped runtime is loaded as shipped, with its pod templates
 annotated `trainhub.io/sim-duration` so that kwok ends their workload."""
@@ -141,6 +142,20 @@ async def test_one_trainjob_per_shipped_runtime_succeeds_on_the_sandbox(
                 assert len(hostfile["data"]["hostfile"].splitlines()) == 2
                 launcher = pods[f"{name}-launcher-0-0"]
                 assert launcher["status"]["phase"] == "Succeeded"
+                # Upstream's MPI plugin: the SSH keys' immutable Secret, on every pod.
+                (secret,) = await job_objects(cluster, "secrets", uid)
+                assert secret["metadata"]["name"] == f"{name}-mpi-ssh-auth"
+                assert secret["type"] == "kubernetes.io/ssh-auth" and secret["immutable"]
+                assert sorted(secret["data"]) == ["ssh-privatekey", "ssh-publickey"]
+                for pod in pods.values():
+                    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+                    assert (
+                        volumes["mpi-ssh-auth"]["secret"]["secretName"]
+                        == secret["metadata"]["name"]
+                    )
+                    node = next(c for c in pod["spec"]["containers"] if c["name"] == "node")
+                    mounts = {m["name"]: m["mountPath"] for m in node["volumeMounts"]}
+                    assert mounts["mpi-ssh-auth"] == "/home/mpiuser/.ssh"
             else:
                 assert set(pods) == {f"{name}-node-0-0", f"{name}-node-0-1"}
                 for pod in pods.values():
@@ -151,6 +166,21 @@ async def test_one_trainjob_per_shipped_runtime_succeeds_on_the_sandbox(
                 assert ranks == ["0", "1"]
                 assert {_env(p)["PET_NNODES"] for p in pods.values()} == {"2"}
                 assert {_env(p)["PET_MASTER_PORT"] for p in pods.values()} == {"29500"}
+                # Upstream's Torch plugin: node 0 under the JobSet's subdomain, a headless
+                # Service named after the TrainJob whose pods carry hostname and subdomain.
+                master = f"{name}-node-0-0.{name}"
+                assert {_env(p)["PET_MASTER_ADDR"] for p in pods.values()} == {master}
+                for pod_name, pod in pods.items():
+                    assert (pod["spec"]["hostname"], pod["spec"]["subdomain"]) == (pod_name, name)
+                services = {
+                    s["metadata"]["name"]: s for s in await job_objects(cluster, "services", uid)
+                }
+                subdomain = services[name]["spec"]
+                assert subdomain["clusterIP"] == "None" and subdomain["publishNotReadyAddresses"]
+        # Deleted with its job, by label (the worker may not list Secrets).
+        mpi = finals[uids["mpi-distributed"]]
+        await workers[mpi.cluster or ""].backend.delete_job(mpi.uid, "default")
+        assert await job_objects(kube_sandbox.clusters[mpi.cluster or ""], "secrets", mpi.uid) == []
     finally:
         for worker in workers.values():
             for uid in uids.values():

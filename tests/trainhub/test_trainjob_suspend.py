@@ -20,6 +20,7 @@ from trainhub.cli_get_jobs import GetOutput, job_item, print_jobs, resource_name
 from trainhub.cli_jobs import describe_text
 from trainhub.cli_submit import managers
 from trainhub.embedded import Embedded, EmbeddedOptions
+from trainhub.sdk_errors import JobUpdateError
 from trainhub.sdk_view import TrainHubJob
 from trainhub.settings import TrainhubSettings
 from workers.cluster_spec import parse_cluster_spec
@@ -131,11 +132,17 @@ async def test_a_running_trainjob_is_suspended_and_resumed_with_trainers_conditi
     assert "runPolicy" not in running.spec["spec"]
     # No Running condition: upstream's TrainJob has none (the phase says it).
     assert conditions(running) == [CREATED]
+    (node,) = running.status.jobsStatus or []
+    assert (node.name, node.active, node.succeeded, node.suspended) == ("node", 1, 0, 0)
 
     await client.suspend_job("tj")
     suspended = await until(client, "tj", JobPhase.SUSPENDED)
     assert conditions(suspended) == [CREATED, SUSPENDED]
     assert suspended.status.replicaStatuses["node"].active == 0
+    # Upstream's jobsStatus reaches the hub with the worker's status: the node Job suspended.
+    assert [s.model_dump() for s in suspended.status.jobsStatus or []] == [
+        {"name": "node", "ready": 0, "succeeded": 0, "failed": 0, "active": 0, "suspended": 1}
+    ]
     assert await client.is_job_created("tj")
 
     await client.resume_job("tj")
@@ -144,6 +151,9 @@ async def test_a_running_trainjob_is_suspended_and_resumed_with_trainers_conditi
     assert conditions(done) == [CREATED, RESUMED, COMPLETE]
     assert await client.is_job_succeeded("tj")  # the v1 kinds' word answers for Complete
     assert done.status.replicaStatuses["node"].succeeded == 2
+    assert [s.model_dump() for s in done.status.jobsStatus or []] == [
+        {"name": "node", "ready": 0, "succeeded": 1, "failed": 0, "active": 0, "suspended": 0}
+    ]
 
 
 async def test_a_trainjob_submitted_suspended_is_held_until_resumed(
@@ -187,14 +197,33 @@ async def test_an_update_of_spec_suspend_suspends_and_resumes_a_running_trainjob
     await client.update_job(changed)
     suspended = await until(client, "upd", JobPhase.SUSPENDED)
     assert conditions(suspended)[-1] == SUSPENDED
-    # Suspended, its pods are gone: now the trainer may change, as upstream's may not once
-    # created (the hub places it again with the new spec when it is resumed).
+    # Suspended, its pods are gone: its trainer and podSpecOverrides may change (the hub
+    # places it again with the new spec when it is resumed), as upstream's may while it stays
+    # suspended; its runtimeRef never (upstream's CRD: "runtimeRef is immutable").
+    other_runtime = copy.deepcopy(changed)
+    other_runtime["spec"]["runtimeRef"] = {"name": "sim-short"}
+    with pytest.raises(
+        JobUpdateError, match=r"spec\.runtimeRef: Invalid value: runtimeRef is immutable"
+    ):
+        await client.update_job(other_runtime)
+    override = {
+        "targetJobs": [{"name": "node"}],
+        "tolerations": [{"key": "x", "operator": "Exists"}],
+    }
+    changed["spec"]["podSpecOverrides"] = [override]
+    changed["spec"]["trainer"]["numNodes"] = 1
+    resumed_with_change = copy.deepcopy(changed)
+    resumed_with_change["spec"]["suspend"] = False
+    with pytest.raises(JobUpdateError, match="PodSpecOverrides can only be modified when the"):
+        await client.update_job(resumed_with_change)
+    await client.update_job(changed)  # still suspended: accepted
     changed["spec"]["suspend"] = False
-    changed["spec"]["runtimeRef"] = {"name": "sim-short"}
     await client.update_job(changed)
     done = await client.wait_for_job_conditions("upd", timeout=30)
     assert done.phase == JobPhase.SUCCEEDED
     assert conditions(done)[-1] == COMPLETE
+    assert done.spec is not None and done.spec["spec"]["podSpecOverrides"] == [override]
+    assert done.status.replicaStatuses["node"].succeeded == 1
 
 
 async def test_a_failed_trainjob_has_trainers_failed_condition(
@@ -244,6 +273,9 @@ async def test_get_and_describe_show_a_trainjob_as_trainer_would(
         (*RESUMED, ["lastTransitionTime", "message", "reason", "status", "type"]),
         (*COMPLETE, ["lastTransitionTime", "message", "reason", "status", "type"]),
     ]
+    assert item["status"]["jobsStatus"] == [
+        {"name": "node", "ready": 0, "succeeded": 1, "failed": 0, "active": 0, "suspended": 0}
+    ]
     assert item["status"]["trainhub"]["phase"] == "Succeeded"
     assert item["status"]["trainhub"]["replicaStatuses"]["node"]["succeeded"] == 2
     assert resource_name(job) == "trainjob.trainer.kubeflow.org/shown"
@@ -268,3 +300,5 @@ async def test_get_and_describe_show_a_trainjob_as_trainer_would(
     shown = [tuple(cell.strip() for cell in row) for row in conditions_rows]
     assert ("Suspended", "False", "Resumed") in shown
     assert ("Complete", "True", "AllJobsCompleted") in shown
+    jobs_rows = [line.split("│")[1:7] for line in text.split("jobs status")[1].splitlines()]
+    assert ["node", "0", "1", "0", "0", "0"] in [[c.strip() for c in r] for r in jobs_rows]

@@ -7,6 +7,9 @@ writes `<host> slots=<numProcPerNode>` per node into `<job>-mpi-hostfile`, mount
 
 from __future__ import annotations
 
+import base64
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,15 +18,22 @@ import pytest
 
 from schemas.job_parsing import parse_job
 from schemas.trainer import RuntimeRef
-from schemas.trainer_runtimes import reset_runtime_catalog, runtime_catalog, use_runtime_dirs
+from schemas.trainer_runtimes import (
+    parse_runtime,
+    reset_runtime_catalog,
+    runtime_catalog,
+    use_runtime_dirs,
+)
 from schemas.trainjob import TrainJob
 from schemas.trainjob_resolution import resolve
+from workers import ssh_keys
 from workers.backends.base import PodObservation
 from workers.frameworks.base import ReplicaCounts
 from workers.frameworks.trainjob import TrainJobAdapter
 from workers.job_run import JobRun
 from workers.network import LoopbackNetwork
-from workers.rendering import PodPlan, render_job
+from workers.rendering import LABEL_JOB_UID, PodPlan, render_job
+from workers.ssh_keys import ecdsa_p521_key_pair
 
 RUNTIMES = Path(__file__).parent.parent / "data" / "trainer"
 
@@ -71,15 +81,40 @@ def test_torch_distributed() -> None:
             # `auto` on CPUs only: the CPU limit, as upstream's Torch plugin counts it.
             "PET_NPROC_PER_NODE": "4",
             "PET_NODE_RANK": str(rank),
-            "PET_MASTER_ADDR": "tj-node-0-0",
+            # Upstream's Torch plugin (v2.0.0): `<trainjob>-node-0-0.<trainjob>`, node 0's
+            # hostname under the JobSet's subdomain.
+            "PET_MASTER_ADDR": "tj-node-0-0.tj",
             "PET_MASTER_PORT": "29500",
             "EPOCHS": "2",
         }
+        extra = pod.spec.model_extra or {}
+        assert (extra["hostname"], extra["subdomain"]) == (f"tj-node-0-{rank}", "tj")
         node = pod.spec.containers[0]
         assert node.image == "example/torch:1" and node.command == ["torchrun", "train.py"]
         assert pod.requests == {"cpu": 4, "memory": 2 * 1024**3}
     assert rendered.pods[0].labels["training.kubeflow.org/job-role"] == "master"
     assert [s.name for s in rendered.services] == [p.name for p in rendered.pods]
+    # JobSet's headless Service, named after the JobSet (the TrainJob), selecting every pod and
+    # publishing them before they are ready, makes `<pod>.<trainjob>` resolve.
+    (subdomain,) = rendered.job_services
+    manifest = subdomain.manifest()
+    assert manifest["metadata"]["name"] == "tj"
+    assert manifest["spec"]["clusterIP"] == "None"
+    assert manifest["spec"]["publishNotReadyAddresses"] is True
+    assert manifest["spec"]["ports"] == []
+    for pod in rendered.pods:
+        assert all(pod.labels[k] == v for k, v in manifest["spec"]["selector"].items())
+    assert manifest in rendered.manifests()
+
+
+def test_torch_master_address_reaches_node_0_on_local() -> None:
+    job = parse_job(trainjob("torch-distributed", trainer={"numNodes": 2}))
+    net = LoopbackNetwork()
+    first, second = render_job(job, net).pods
+    port = net.port("tj-node-0-0", 29500)
+    for pod in (first, second):
+        assert env(pod)["PET_MASTER_ADDR"] == "127.0.0.1"
+        assert env(pod)["PET_MASTER_PORT"] == str(port)
 
 
 def test_torch_numprocpernode_as_given_with_gpus() -> None:
@@ -237,6 +272,7 @@ def test_a_jobs_own_service_names_in_its_env_reach_the_pod_on_every_network() ->
     address = [
         {"name": "COORDINATOR_ADDRESS", "value": "tj-node-0-0:6666"},
         {"name": "PEER", "value": "tj-node-0-1.default.svc"},
+        {"name": "HOSTNAME_PEER", "value": "tj-node-0-1.tj:7777"},
         {"name": "ELSEWHERE", "value": "other-node-0-0:6666"},
         {"name": "PROCESS_ID", "value": "$(JOB_COMPLETION_INDEX)"},
     ]
@@ -249,6 +285,250 @@ def test_a_jobs_own_service_names_in_its_env_reach_the_pod_on_every_network() ->
     for pod in (first, second):
         assert env(pod)["COORDINATOR_ADDRESS"] == f"127.0.0.1:{port}"
         assert env(pod)["PEER"] == "127.0.0.1"
+        assert env(pod)["HOSTNAME_PEER"] == f"127.0.0.1:{net.port('tj-node-0-1', 7777)}"
         assert env(pod)["ELSEWHERE"] == "other-node-0-0:6666"  # not this job's
         assert env(pod)["PROCESS_ID"] == "$(JOB_COMPLETION_INDEX)"
     assert port != 6666
+
+
+def jobs_status(run: JobRun) -> list[tuple[str, int, int, int, int, int]]:
+    return [
+        (s.name, s.ready, s.succeeded, s.failed, s.active, s.suspended)
+        for s in run.status.jobsStatus or []
+    ]
+
+
+def test_jobs_status_counts_each_replicated_jobs_child_job_as_jobset_does() -> None:
+    """Upstream's `status.jobsStatus` (Kubeflow Trainer v2.1.0 copies JobSet's
+    `replicatedJobsStatus`): per replicated job, in the runtime's order, the number of its
+    child Jobs (one each) ready (succeeded + ready pods >= the pods it expects), succeeded,
+    failed, active (a pod Pending or Running) and suspended; a Job not created yet counts
+    nowhere."""
+    use_runtime_dirs([RUNTIMES])
+    job = parse_job(
+        trainjob(
+            "torch-with-assets",
+            namespace="team-a",
+            runtimeRef={"name": "torch-with-assets", "kind": "TrainingRuntime"},
+            trainer={"numNodes": 2},
+        )
+    )
+    run = JobRun(render_job(job), "c", 1)
+    run.start()
+    run.observe(PodObservation(job.uid, "tj-dataset-initializer-0-0", "Running"))
+    assert jobs_status(run) == [
+        ("dataset-initializer", 1, 0, 0, 1, 0),
+        ("model-initializer", 0, 0, 0, 0, 0),
+        ("node", 0, 0, 0, 0, 0),
+    ]
+    run.observe(PodObservation(job.uid, "tj-dataset-initializer-0-0", "Succeeded", 0))
+    run.observe(PodObservation(job.uid, "tj-model-initializer-0-0", "Succeeded", 0))
+    run.observe(PodObservation(job.uid, "tj-node-0-0", "Running"))
+    # One of two nodes running: the node Job is active, not ready.
+    assert jobs_status(run) == [
+        ("dataset-initializer", 0, 1, 0, 0, 0),
+        ("model-initializer", 0, 1, 0, 0, 0),
+        ("node", 0, 0, 0, 1, 0),
+    ]
+    run.observe(PodObservation(job.uid, "tj-node-0-1", "Running"))
+    assert jobs_status(run)[2] == ("node", 1, 0, 0, 1, 0)
+    run.suspend()
+    assert jobs_status(run) == [
+        ("dataset-initializer", 0, 1, 0, 0, 0),
+        ("model-initializer", 0, 1, 0, 0, 0),
+        ("node", 0, 0, 0, 0, 1),
+    ]
+    run.resume()
+    for name in ("tj-dataset-initializer-0-0", "tj-model-initializer-0-0"):
+        run.observe(PodObservation(job.uid, name, "Succeeded", 0))
+    run.observe(PodObservation(job.uid, "tj-node-0-0", "Succeeded", 0))
+    run.observe(PodObservation(job.uid, "tj-node-0-1", "Succeeded", 0))
+    assert run.phase.value == "Succeeded"
+    assert jobs_status(run) == [
+        ("dataset-initializer", 0, 1, 0, 0, 0),
+        ("model-initializer", 0, 1, 0, 0, 0),
+        ("node", 0, 1, 0, 0, 0),
+    ]
+    dumped = run.status.model_dump(mode="json", exclude_none=True)["jobsStatus"][2]
+    assert dumped == {
+        "name": "node",
+        "ready": 0,
+        "succeeded": 1,
+        "failed": 0,
+        "active": 0,
+        "suspended": 0,
+    }
+
+
+def test_jobs_status_names_the_failed_replicated_job() -> None:
+    job = parse_job(trainjob("plain-distributed", trainer={"numNodes": 2}))
+    run = JobRun(render_job(job), "c", 1)
+    run.start()
+    run.observe(PodObservation(job.uid, "tj-node-0-0", "Running"))
+    # A batch Job's pods are retried up to its backoffLimit (6), then the Job fails.
+    for _ in range(7):
+        run.observe(PodObservation(job.uid, "tj-node-0-1", "Failed", 3))
+    assert run.phase.value == "Failed", run.status.conditions
+    assert jobs_status(run) == [("node", 0, 0, 1, 0, 0)]
+
+
+def test_the_v1_kinds_have_no_jobs_status() -> None:
+    job = parse_job(
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": {"name": "pt"},
+            "spec": {
+                "pytorchReplicaSpecs": {
+                    "Master": {
+                        "replicas": 1,
+                        "template": {"spec": {"containers": [{"name": "pytorch", "image": "x"}]}},
+                    }
+                }
+            },
+        }
+    )
+    run = JobRun(render_job(job), "c", 1)
+    run.start()
+    run.observe(PodObservation(job.uid, "pt-master-0", "Running"))
+    assert run.status.jobsStatus is None
+    assert "jobsStatus" not in run.status.model_dump(mode="json", exclude_none=True)
+
+
+def volume_mounts(pod: PodPlan, container: str = "node") -> list[dict[str, Any]]:
+    found = next(c for c in pod.spec.containers if c.name == container)
+    return list((found.model_extra or {}).get("volumeMounts", []))
+
+
+def test_mpi_ssh_auth_secret_is_made_and_mounted_as_upstream() -> None:
+    """Upstream's MPI plugin (v2.0.0): an immutable `kubernetes.io/ssh-auth` Secret
+    `<trainjob>-mpi-ssh-auth` (`ssh-privatekey`: an ECDSA P-521 key, PEM `EC PRIVATE KEY`;
+    `ssh-publickey`: its authorized_keys line), as volume `mpi-ssh-auth` on the launcher's and
+    nodes' pods (`ssh-privatekey` → id_rsa, `ssh-publickey` → id_rsa.pub and
+    authorized_keys), mounted at the runtime's `sshAuthMountPath` in their `node` containers;
+    the hostfile as before, on the launcher only."""
+    job = parse_job(trainjob("mpi-distributed", trainer={"numNodes": 3}))
+    rendered = render_job(job)
+    (secret,) = rendered.secrets
+    manifest = secret.manifest()
+    assert manifest["metadata"]["name"] == "tj-mpi-ssh-auth"
+    assert manifest["type"] == "kubernetes.io/ssh-auth" and manifest["immutable"] is True
+    assert sorted(manifest["data"]) == ["ssh-privatekey", "ssh-publickey"]
+    private = base64.b64decode(manifest["data"]["ssh-privatekey"]).decode()
+    public = base64.b64decode(manifest["data"]["ssh-publickey"]).decode()
+    assert private.startswith("-----BEGIN EC PRIVATE KEY-----\n")
+    assert private.endswith("-----END EC PRIVATE KEY-----\n")
+    assert public.startswith("ecdsa-sha2-nistp521 ") and public.endswith("\n")
+    assert manifest in rendered.manifests()
+    assert secret.labels[LABEL_JOB_UID] == job.uid
+
+    ssh_volume = {
+        "name": "mpi-ssh-auth",
+        "secret": {
+            "secretName": "tj-mpi-ssh-auth",
+            "items": [
+                {"key": "ssh-privatekey", "path": "id_rsa"},
+                {"key": "ssh-publickey", "path": "id_rsa.pub"},
+                {"key": "ssh-publickey", "path": "authorized_keys"},
+            ],
+        },
+    }
+    hostfile_volume = {
+        "name": "mpi-hostfile",
+        "configMap": {
+            "name": "tj-mpi-hostfile",
+            "items": [{"key": "hostfile", "path": "hostfile", "mode": 0o444}],
+        },
+    }
+    launcher, *nodes = rendered.pods
+    assert (launcher.spec.model_extra or {})["volumes"] == [ssh_volume, hostfile_volume]
+    # The shipped runtime's sshAuthMountPath (upstream's mpi-distributed).
+    assert volume_mounts(launcher) == [
+        {"name": "mpi-ssh-auth", "mountPath": "/home/mpiuser/.ssh"},
+        {"name": "mpi-hostfile", "mountPath": "/etc/mpi"},
+    ]
+    assert [p.name for p in nodes] == ["tj-node-0-0", "tj-node-0-1"]
+    for node in nodes:
+        assert (node.spec.model_extra or {})["volumes"] == [ssh_volume]
+        assert volume_mounts(node) == [{"name": "mpi-ssh-auth", "mountPath": "/home/mpiuser/.ssh"}]
+        assert "OMPI_MCA_orte_default_hostfile" not in env(node)
+    # The hostfile itself is unchanged.
+    assert rendered.config_maps[0].data == {
+        "hostfile": "tj-launcher-0-0 slots=1\ntj-node-0-0 slots=1\ntj-node-0-1 slots=1\n"
+    }
+    # Upstream's default mount path where the runtime names none.
+    runtime = runtime_catalog().find(RuntimeRef(name="mpi-distributed"), "default")
+    assert runtime is not None and runtime.spec.mlPolicy is not None
+    assert runtime.spec.mlPolicy.mpi is not None
+    default_path = runtime.model_copy(deep=True)
+    assert default_path.spec.mlPolicy is not None and default_path.spec.mlPolicy.mpi is not None
+    default_path.spec.mlPolicy.mpi.sshAuthMountPath = None
+    default_path.metadata.name = "mpi-default-path"
+    runtime_catalog().add(default_path)
+    other = render_job(parse_job(trainjob("mpi-default-path", trainer={"numNodes": 2})))
+    assert {"name": "mpi-ssh-auth", "mountPath": "/root/.ssh"} in volume_mounts(other.pods[1])
+
+
+def test_other_runtimes_make_no_secret() -> None:
+    for runtime in ("torch-distributed", "plain-distributed"):
+        rendered = render_job(parse_job(trainjob(runtime, trainer={"numNodes": 2})))
+        assert rendered.secrets == []
+        assert all("mpi-ssh-auth" not in str(p.spec.model_extra) for p in rendered.pods)
+
+
+@pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs ssh-keygen")
+def test_the_mpi_key_pair_is_one_openssh_reads(tmp_path: Path) -> None:
+    keys = ecdsa_p521_key_pair()
+    private = tmp_path / "id_rsa"
+    private.write_text(keys.private_pem)
+    private.chmod(0o600)
+    derived = subprocess.run(
+        ["ssh-keygen", "-y", "-f", str(private)], capture_output=True, text=True, check=True
+    ).stdout
+    assert derived.split()[:2] == keys.authorized_key.split()[:2]
+    assert keys != ecdsa_p521_key_pair()  # a fresh key each time
+
+
+def test_the_p521_arithmetic_is_the_curves() -> None:
+    generator = (ssh_keys.GX, ssh_keys.GY)
+    assert ssh_keys.on_curve(generator)
+    assert ssh_keys.multiply(ssh_keys.N, generator) is None  # the order of G
+    # d = 1: the public key is G itself.
+    one = ecdsa_p521_key_pair(1)
+    blob = base64.b64decode(one.authorized_key.split()[1])
+    assert blob.endswith(
+        b"\x04" + ssh_keys.GX.to_bytes(66, "big") + ssh_keys.GY.to_bytes(66, "big")
+    )
+    with pytest.raises(ValueError):
+        ecdsa_p521_key_pair(ssh_keys.N)
+
+
+def test_torch_elastic_policy_is_accepted_and_not_applied_as_upstream() -> None:
+    """Kubeflow Trainer v2.0.0's Torch plugin leaves `elasticPolicy` for when JobSet supports
+    elastic Jobs: a runtime with one is valid (without `mlPolicy.numNodes`, its CEL rule), and
+    its nodes get the same fixed-size torchrun variables."""
+    runtime = runtime_catalog().find(RuntimeRef(name="torch-distributed"), "default")
+    assert runtime is not None and runtime.spec.mlPolicy is not None
+    elastic = runtime.model_dump(mode="json", exclude_none=True)
+    elastic["metadata"]["name"] = "torch-elastic"
+    elastic["spec"]["mlPolicy"].pop("numNodes", None)
+    elastic["spec"]["mlPolicy"]["torch"]["elasticPolicy"] = {
+        "minNodes": 1,
+        "maxNodes": 3,
+        "maxRestarts": 2,
+    }
+    runtime_catalog().add(parse_runtime(elastic))
+    job = parse_job(trainjob("torch-elastic", trainer={"numNodes": 2}))
+    _, second = render_job(job).pods
+    assert env(second) == {
+        "JOB_COMPLETION_INDEX": "1",
+        "PET_NNODES": "2",
+        "PET_NPROC_PER_NODE": "auto",
+        "PET_NODE_RANK": "1",
+        "PET_MASTER_ADDR": "tj-node-0-0.tj",
+        "PET_MASTER_PORT": "29500",
+    }
+    # Upstream's CEL rule still holds: numNodes with an elasticPolicy is refused.
+    elastic["spec"]["mlPolicy"]["numNodes"] = 2
+    with pytest.raises(ValueError, match=r"numNodes should not be set if torch\.elasticPolicy"):
+        parse_runtime(elastic)

@@ -13,7 +13,7 @@ from schemas.kubeflow import AnyJob
 from schemas.status import JobStatus
 from workers.gang_scheduling import GangScheduling, PodGroupPlan
 from workers.network import ClusterNetwork, Network
-from workers.rendering import AccessPlan, ConfigMapPlan, PodPlan, ServicePlan
+from workers.rendering import AccessPlan, ConfigMapPlan, PodPlan, SecretPlan, ServicePlan
 
 PodPhase = Literal["Pending", "Running", "Succeeded", "Failed"]
 UNSCHEDULABLE_PREFIX = "Unschedulable:"
@@ -153,6 +153,9 @@ class Backend(abc.ABC):
     async def update_config_map(self, job_uid: str, config_map: ConfigMapPlan) -> None:
         """Write the ConfigMap's data over what it holds (creating it if it is gone);
         backends without volumes ignore it."""
+
+    async def create_secret(self, job_uid: str, secret: SecretPlan) -> None:
+        """Create, or accept that it already exists (backends without volumes ignore it)."""
 
     async def create_access(self, job_uid: str, access: AccessPlan) -> None:
         """Create the ServiceAccount, Role and RoleBinding, or accept that they exist

@@ -50,6 +50,7 @@ from workers.rendering import (
     AccessPlan,
     ConfigMapPlan,
     PodPlan,
+    SecretPlan,
     ServicePlan,
 )
 
@@ -256,6 +257,16 @@ class KubeBackend(Backend):
             config_map.name,
             self.api.core.create_namespaced_config_map,
             config_map.manifest(),
+        )
+
+    async def create_secret(self, job_uid: str, secret: SecretPlan) -> None:
+        await self._create(
+            job_uid,
+            "secrets",
+            secret.namespace,
+            secret.name,
+            self.api.core.create_namespaced_secret,
+            secret.manifest(),
         )
 
     async def update_config_map(self, job_uid: str, config_map: ConfigMapPlan) -> None:
@@ -532,8 +543,22 @@ class KubeBackend(Backend):
             owners = [owned_by_job_object(obj) for _, obj in targets]
             await self.job_objects.delete(job_uid, [ref for ref in owners if ref is not None])
         await asyncio.gather(*(delete(resource, obj) for resource, obj in targets))
+        await self._delete_secrets(job_uid, selector, namespace)
         self._known.pop(job_uid, None)
         log.info("deleted %d objects", len(targets), extra=self._extra(job_uid))
+
+    async def _delete_secrets(self, job_uid: str, selector: str, namespace: str | None) -> None:
+        """The job's Secrets (a TrainJob's MPI SSH keys) by label, as one `deletecollection`
+        per namespace: the worker may create and delete Secrets, never read or list them."""
+        for where in [namespace] if namespace is not None else list(self.namespaces or []):
+            await self.api.call(
+                "deletecollection",
+                "secrets",
+                where,
+                self.api.core.delete_collection_namespaced_secret,
+                where,
+                label_selector=selector,
+            )
 
     async def _list_ours(
         self, resource: str, selector: str, within: list[str] | None = None

@@ -11,6 +11,7 @@ from typing import ClassVar
 
 from schemas.kubeflow import AnyJob
 from schemas.pod import EnvVar, PodSpec
+from schemas.status import ReplicatedJobStatus
 from workers.network import Network
 
 _INTEGER = re.compile(r"^[+-]?\d+$")
@@ -24,6 +25,10 @@ class ReplicaCounts:
     failed: int = 0
     succeeded_indexes: frozenset[int] = frozenset()
     """Which replica indexes succeeded: TFJob's rule asks about worker 0 in particular."""
+    running: int = 0
+    """Pods Running (a JobSet counts them ready); 0 while the job is suspended."""
+    held: bool = False
+    """Not created yet: the replica type waits for those it depends on."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,18 @@ class ConfigData:
     name: str
     data: dict[str, str]
     labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SecretData:
+    """A Secret a kind needs besides its pods (a TrainJob's MPI SSH keys), created once
+    before them and never changed (`immutable`); rendering adds the namespace and labels."""
+
+    name: str
+    type: str
+    data: dict[str, str]
+    """Key to text (the manifest base64-encodes it)."""
+    immutable: bool = True
 
 
 @dataclass(frozen=True)
@@ -157,14 +174,31 @@ class FrameworkAdapter(abc.ABC):
         master = self.master_endpoint(job)
         return master is not None and self.pod_name(job, rtype, index) != master.service
 
+    def subdomain(self, job: AnyJob) -> str | None:
+        """Where the kind's pods get DNS hostnames (`<pod>.<subdomain>`, as a JobSet's): the
+        name of a headless Service of the job's own, which the pods set as `subdomain` (and
+        their names as `hostname`); None for kinds without."""
+        return None
+
     def depends_on(self, job: AnyJob, rtype: str) -> tuple[tuple[str, str], ...]:
         """The replica types whose pods must reach a status (`Complete`: all succeeded;
         `Ready`: all running or succeeded) before `rtype`'s pods are created."""
         return ()
 
+    def jobs_status(
+        self, job: AnyJob, counts: Mapping[str, ReplicaCounts], *, suspended: bool, failed: bool
+    ) -> list[ReplicatedJobStatus] | None:
+        """A TrainJob's `status.jobsStatus` (one entry per replicated job); None for kinds
+        whose status has no such list."""
+        return None
+
     def config_maps(self, job: AnyJob, running: Collection[str] = ()) -> list[ConfigData]:
         """ConfigMaps to create before the pods, and to write again as the job's pods start
         and stop running (`running`: the names of those Running now)."""
+        return []
+
+    def secrets(self, job: AnyJob) -> list[SecretData]:
+        """Secrets to create before the pods that mount them."""
         return []
 
     def access(self, job: AnyJob) -> list[AccessData]:

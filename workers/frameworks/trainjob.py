@@ -8,22 +8,37 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from schemas.kubeflow import AnyJob
-from schemas.pod import EnvVar, PodSpec
+from schemas.pod import Container, EnvVar, PodSpec
+from schemas.status import ReplicatedJobStatus
 from schemas.trainer import LAUNCHER, NODE
 from schemas.trainjob import TrainJob
 from workers.frameworks.base import (
     ConfigData,
     FrameworkAdapter,
     ReplicaCounts,
+    SecretData,
     all_succeeded,
     plain_env,
 )
 from workers.network import Network
+from workers.ssh_keys import ecdsa_p521_key_pair
 
 HOSTFILE_DIR = "/etc/mpi"
 HOSTFILE_NAME = "hostfile"
 HOSTFILE_VOLUME = "mpi-hostfile"
 RSH_ARGS = "-o ConnectionAttempts=10"
+SSH_AUTH_SUFFIX = "-mpi-ssh-auth"
+SSH_AUTH_VOLUME = "mpi-ssh-auth"
+SSH_AUTH_TYPE = "kubernetes.io/ssh-auth"
+SSH_PRIVATE_KEY = "ssh-privatekey"
+"""corev1.SSHAuthPrivateKey."""
+SSH_PUBLIC_KEY = "ssh-publickey"
+SSH_KEY_FILES = (
+    (SSH_PRIVATE_KEY, "id_rsa"),
+    (SSH_PUBLIC_KEY, "id_rsa.pub"),
+    (SSH_PUBLIC_KEY, "authorized_keys"),
+)
+"""The Secret's keys as upstream mounts them (its file names, whatever the key's algorithm)."""
 
 
 def _trainjob(job: AnyJob) -> TrainJob:
@@ -34,6 +49,20 @@ def _trainjob(job: AnyJob) -> TrainJob:
 
 def hostfile_config_map_name(job: AnyJob) -> str:
     return f"{job.metadata.name}-mpi-hostfile"
+
+
+def ssh_auth_secret_name(job: AnyJob) -> str:
+    return f"{job.metadata.name}{SSH_AUTH_SUFFIX}"
+
+
+def _with_mount(container: Container, mount: dict[str, Any]) -> Container:
+    """Upstream's UpsertVolumeMounts: replace a mount of the same name, else append."""
+    mounts = [
+        m
+        for m in (container.model_extra or {}).get("volumeMounts", [])
+        if m["name"] != mount["name"]
+    ]
+    return container.model_copy(update={"volumeMounts": [*mounts, mount]})
 
 
 class TrainJobAdapter(FrameworkAdapter):
@@ -59,11 +88,13 @@ class TrainJobAdapter(FrameworkAdapter):
         env = {"JOB_COMPLETION_INDEX": str(index)}
         if resolved.policy == "torch" and rtype == NODE:
             master = self.pod_name(job, NODE, 0)
+            # Upstream's Torch plugin: node 0's JobSet DNS hostname, `<job>-node-0-0.<job>`
+            # (rendering maps it to the address a network without that DNS reaches it on).
             env |= {
                 "PET_NNODES": str(resolved.num_nodes),
                 "PET_NPROC_PER_NODE": resolved.proc_per_node,
                 "PET_NODE_RANK": str(index),
-                "PET_MASTER_ADDR": net.host(master, job.metadata.namespace),
+                "PET_MASTER_ADDR": f"{master}.{self.subdomain(job)}",
                 "PET_MASTER_PORT": str(net.port(master, self.default_port)),
             }
         if resolved.policy == "mpi" and rtype == LAUNCHER:
@@ -75,10 +106,42 @@ class TrainJobAdapter(FrameworkAdapter):
             }
         return plain_env(env)
 
+    def subdomain(self, job: AnyJob) -> str:
+        """JobSet's default `network.subdomain`: the JobSet's (TrainJob's) name, a headless
+        Service of that name selecting every pod, each pod's hostname its name."""
+        return job.metadata.name
+
     def depends_on(self, job: AnyJob, rtype: str) -> tuple[tuple[str, str], ...]:
         """The runtime's `dependsOn`: the trainer's nodes after the initializers, as JobSet
         creates a replicated job's Job only once those it depends on are Complete (Ready)."""
         return (_trainjob(job).resolved.depends_on or {}).get(rtype, ())
+
+    def jobs_status(
+        self, job: AnyJob, counts: Mapping[str, ReplicaCounts], *, suspended: bool, failed: bool
+    ) -> list[ReplicatedJobStatus] | None:
+        """Upstream's `status.jobsStatus`, copied from the JobSet's `replicatedJobsStatus`
+        (Kubeflow Trainer v2.1.0's JobSet plugin; JobSet counts its child Jobs, one per
+        replicated job here): a Job not created yet (waiting on `dependsOn`) counts nowhere; a
+        finished one is `succeeded` (all its pods) or `failed` (its pod's failure failed the
+        TrainJob); an unfinished one is `ready` when its succeeded and ready (Running) pods
+        are all it expects, `active` with a pod Pending or Running, `suspended` while the
+        TrainJob is."""
+        statuses = []
+        for rtype in _trainjob(job).replica_specs:
+            c = counts.get(rtype, ReplicaCounts(expected=0))
+            entry = ReplicatedJobStatus(name=rtype)
+            if c.held:
+                pass
+            elif failed and c.failed > 0:
+                entry.failed = 1
+            elif c.expected > 0 and c.succeeded >= c.expected:
+                entry.succeeded = 1
+            else:
+                entry.ready = int(c.succeeded + c.running >= c.expected)
+                entry.active = int(c.active > 0)
+                entry.suspended = int(suspended)
+            statuses.append(entry)
+        return statuses
 
     def config_maps(self, job: AnyJob, running: Collection[str] = ()) -> list[ConfigData]:
         """MPI: `<job>-mpi-hostfile`, the launcher first where it runs training too."""
@@ -96,28 +159,62 @@ class TrainJobAdapter(FrameworkAdapter):
             )
         ]
 
-    def decorate_pod(self, job: AnyJob, rtype: str, index: int, spec: PodSpec) -> PodSpec:
-        if _trainjob(job).resolved.policy != "mpi" or rtype != LAUNCHER:
-            return spec
-        main = self.env_container(job, rtype)
-        mount = {"name": HOSTFILE_VOLUME, "mountPath": HOSTFILE_DIR}
-        containers = [
-            c.model_copy(
-                update={"volumeMounts": [*(c.model_extra or {}).get("volumeMounts", []), mount]}
+    def secrets(self, job: AnyJob) -> list[SecretData]:
+        """MPI: `<job>-mpi-ssh-auth`, upstream's SSH keys for mpirun to reach the nodes (an
+        immutable `kubernetes.io/ssh-auth` Secret: `ssh-privatekey` an ECDSA P-521 key,
+        `ssh-publickey` its authorized_keys line), made once per TrainJob."""
+        if _trainjob(job).resolved.policy != "mpi":
+            return []
+        keys = ecdsa_p521_key_pair()
+        return [
+            SecretData(
+                name=ssh_auth_secret_name(job),
+                type=SSH_AUTH_TYPE,
+                data={SSH_PRIVATE_KEY: keys.private_pem, SSH_PUBLIC_KEY: keys.authorized_key},
             )
-            if c.name == main
-            else c
-            for c in spec.containers
         ]
-        volume: dict[str, Any] = {
-            "name": HOSTFILE_VOLUME,
-            "configMap": {
-                "name": hostfile_config_map_name(job),
-                "items": [{"key": HOSTFILE_NAME, "path": HOSTFILE_NAME, "mode": 0o444}],
-            },
-        }
-        volumes = [*(spec.model_extra or {}).get("volumes", []), volume]
-        return spec.model_copy(update={"containers": containers, "volumes": volumes})
+
+    def decorate_pod(self, job: AnyJob, rtype: str, index: int, spec: PodSpec) -> PodSpec:
+        """Every pod: its name as hostname, the job's subdomain (an Indexed Job's pod under
+        JobSet). MPI, as upstream's plugin: the SSH keys' Secret on the launcher's and nodes'
+        pods, mounted at `sshAuthMountPath` in their `node` containers; the hostfile at
+        /etc/mpi in the launcher's."""
+        spec = spec.model_copy(
+            update={"hostname": self.pod_name(job, rtype, index), "subdomain": self.subdomain(job)}
+        )
+        resolved = _trainjob(job).resolved
+        if resolved.policy != "mpi" or rtype not in (LAUNCHER, NODE):
+            return spec
+        volumes: list[dict[str, Any]] = [
+            {
+                "name": SSH_AUTH_VOLUME,
+                "secret": {
+                    "secretName": ssh_auth_secret_name(job),
+                    "items": [{"key": key, "path": path} for key, path in SSH_KEY_FILES],
+                },
+            }
+        ]
+        mounts = [{"name": SSH_AUTH_VOLUME, "mountPath": resolved.ssh_auth_mount_path}]
+        if rtype == LAUNCHER:
+            volumes.append(
+                {
+                    "name": HOSTFILE_VOLUME,
+                    "configMap": {
+                        "name": hostfile_config_map_name(job),
+                        "items": [{"key": HOSTFILE_NAME, "path": HOSTFILE_NAME, "mode": 0o444}],
+                    },
+                }
+            )
+            mounts.append({"name": HOSTFILE_VOLUME, "mountPath": HOSTFILE_DIR})
+        containers = []
+        for container in spec.containers:
+            if container.name == NODE:
+                for mount in mounts:
+                    container = _with_mount(container, mount)
+            containers.append(container)
+        names = {v["name"] for v in volumes}
+        kept = [v for v in (spec.model_extra or {}).get("volumes", []) if v["name"] not in names]
+        return spec.model_copy(update={"containers": containers, "volumes": [*kept, *volumes]})
 
     def succeeded(self, job: AnyJob, counts: Mapping[str, ReplicaCounts]) -> bool:
         """JobSet's successPolicy: every pod of the target replicated jobs (all by default)."""
