@@ -11,7 +11,7 @@ PACKAGES := schemas bus dispatcher workers trainhub trainhub_sandbox
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev,jax]'
+	$(BIN)/python -m pip install -q -e '.[dev,jax,torch]'
 	touch $(STAMP)
 
 # Placement's hot modules compiled with mypyc, cached per source version under

@@ -13,7 +13,8 @@ its memory can level off within the run; the workers keep a finished run for the
 `run_retention` (60 s). RSS should stop growing once finished jobs are past both.
 
 Usage: python -m bench.soak [--batches N] [--jobs N] [--workers N] [--finished-retention S]
-[--settle S] [--overdue-after S] [--bootstrap HOST:PORT] [--profile DIR] [--object-counts DIR].
+[--settle S] [--overdue-after S] [--bootstrap HOST:PORT] [--profile DIR] [--object-counts DIR]
+[--memory-probe DIR].
 Without --bootstrap a sandbox broker is started (and stopped). With --profile, hub and workers
 run under cProfile, a profile per process and batch; with --object-counts, each writes its
 live objects per type after each batch.
@@ -200,7 +201,9 @@ async def run(
                 if profile is not None:
                     for process in processes:  # this batch's profile of each
                         process.popen.send_signal(signal.SIGUSR1)
-                if os.environ.get("TRAINHUB_OBJECT_COUNTS"):
+                if os.environ.get("TRAINHUB_OBJECT_COUNTS") or os.environ.get(
+                    "TRAINHUB_MEMORY_PROBE"
+                ):
                     for process in processes:  # each one's live objects per type
                         process.popen.send_signal(signal.SIGUSR2)
                 print(json.dumps(row), flush=True)
@@ -263,6 +266,12 @@ def main() -> None:
         help="after each batch, each process writes its live objects per type here",
     )
     parser.add_argument(
+        "--memory-probe",
+        type=Path,
+        help="after each batch, each process appends its RSS, Python's allocated blocks and "
+        "its RSS after malloc_trim here (PYTHONTRACEMALLOC=N: and a tracemalloc snapshot)",
+    )
+    parser.add_argument(
         "--overdue-after",
         type=float,
         help="the workers' heartbeat_overdue_after; under 1 (their heartbeat interval), "
@@ -281,6 +290,8 @@ def main() -> None:
         look_inside(args.profile, "TRAINHUB_CPROFILE")
     if args.object_counts is not None:
         look_inside(args.object_counts, "TRAINHUB_OBJECT_COUNTS")
+    if args.memory_probe is not None:
+        look_inside(args.memory_probe, "TRAINHUB_MEMORY_PROBE")
     settle = args.settle
     if settle is None:
         settle = max(args.finished_retention, WorkerConfig(cluster="-").run_retention) + 5
