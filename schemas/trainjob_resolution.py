@@ -250,9 +250,17 @@ def resolve(
                 node["resources"] = trainer.resourcesPerNode.model_dump(
                     mode="json", exclude_none=True
                 )
-        if spec.initializer is not None:
-            _apply_initializer(pod, DATASET_INITIALIZER, spec.initializer.dataset)
-            _apply_initializer(pod, MODEL_INITIALIZER, spec.initializer.model)
+        if ancestor in (DATASET_INITIALIZER, MODEL_INITIALIZER):
+            # Upstream's JobSet builder: the job its ancestor label marks as an initializer
+            # runs one pod, its container of that name gets the TrainJob's settings.
+            count = 1
+            if spec.initializer is not None:
+                settings = (
+                    spec.initializer.dataset
+                    if ancestor == DATASET_INITIALIZER
+                    else spec.initializer.model
+                )
+                _apply_initializer(pod, ancestor, settings)
         for override in spec.podSpecOverrides or []:
             if job.name in {t.name for t in override.targetJobs}:
                 _apply_override(pod, override.model_dump(mode="json", exclude_none=True))

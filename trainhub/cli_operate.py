@@ -239,6 +239,7 @@ def worker(
             gang_scheduling=settings.worker_config(cluster).gang_scheduling,
             delegate=settings.mode == "delegate",
             managed_by=settings.delegate_managed_by,
+            pvc_dir=settings.local_pvc_dir,
         )
         check_metrics_port(settings)
     except ValueError as exc:

@@ -53,6 +53,7 @@ WORKER: tuple[str, ...] = (
     "gang_scheduler_name",
     "mode",
     "delegate_managed_by",
+    "local_pvc_dir",
 )
 """A worker's own settings (WorkerConfig's, and its metrics endpoint)."""
 SUBMIT: tuple[str, ...] = ("default_managed_by",)

@@ -67,6 +67,7 @@ def make_backend(spec: ClusterSpec, options: EmbeddedOptions, logs_root: Path) -
         keep_logs=options.logs_dir is not None,
         workdir=options.workdir,
         time_scale=options.sim_time_scale,
+        pvc_dir=_path(options.settings.local_pvc_dir),
     )
     return kind.build(request)
 
@@ -83,10 +84,12 @@ def make_worker_backend(
     gang_scheduling: GangScheduling | None = None,
     delegate: bool = False,
     managed_by: str | None = None,
+    pvc_dir: str | None = None,
 ) -> Backend:
     """The backend of a standalone `trainhub worker` process; `delegate`: one that hands
     each job to the cluster's Training Operator (`--mode delegate`), giving its objects
-    `managed_by` (`--delegate-managed-by`; None: unset)."""
+    `managed_by` (`--delegate-managed-by`; None: unset); `pvc_dir`: local's directory
+    standing for PersistentVolumeClaims (`--local-pvc-dir`)."""
     chosen = backend_kind(kind)
     spec = ClusterSpec(name=cluster)
     if chosen.declared_capacity:
@@ -103,8 +106,13 @@ def make_worker_backend(
         gang_scheduling=gang_scheduling,
         delegate=delegate,
         managed_by=managed_by,
+        pvc_dir=_path(pvc_dir),
     )
     return chosen.build(request)
+
+
+def _path(setting: str | None) -> Path | None:
+    return None if not setting else Path(setting).expanduser()
 
 
 class Embedded:

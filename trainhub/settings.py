@@ -118,6 +118,12 @@ class TrainhubSettings(BaseSettings):
         description="Worker: the schedulerName of the gang scheduler (default volcano, or "
         "scheduler-plugins-scheduler); a pod template's own schedulerName is kept.",
     )
+    local_pvc_dir: str | None = Field(
+        default=None,
+        description="Worker (local backend): the directory standing for PersistentVolumeClaims: "
+        "claim C is DIR/C, where a pod's mount of it and a TrainJob initializer's pvc://C/PATH "
+        "are read (default: none, and such a mount stays unmapped).",
+    )
 
     default_managed_by: bool = Field(
         default=True,

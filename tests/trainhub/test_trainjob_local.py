@@ -77,10 +77,10 @@ def _initializer_runtime() -> dict[str, Any]:
                 }
             },
         }
-        if name == "node":
-            entry["template"]["metadata"] = {
-                "labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
-            }
+        ancestor = "trainer" if name == "node" else name
+        entry["template"]["metadata"] = {
+            "labels": {"trainer.kubeflow.org/trainjob-ancestor-step": ancestor}
+        }
         if depends:
             entry["dependsOn"] = [{"name": depends, "status": "Complete"}]
         return entry

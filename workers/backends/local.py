@@ -23,8 +23,17 @@ from typing import IO
 from bus.aiotasks import TaskOwner
 from workers.backends.base import Backend, BackendError, Capacity, PodObservation, PodPhase
 from workers.backends.crash_backoff import CrashBackoff
+from workers.backends.local_volumes import (
+    LocalMounts,
+    LocalVolumes,
+    UnmappableVolume,
+    local_directories,
+    localized,
+    working_dir,
+)
 from workers.backends.node_pool import NodePool
 from workers.backends.pod_env import ProcessSpec, UnresolvableEnv, process_spec
+from workers.initializer.storage_uri import upstream_initializer
 from workers.network import LoopbackNetwork, Network
 from workers.rendering import INIT_CONTAINER_MAX_TRIES, PodPlan, ServicePlan
 
@@ -82,6 +91,8 @@ CANNOT_START = 127
 MASTER_WAIT_INTERVAL = 2.0
 """Seconds between two tries to reach the master, as upstream's init container sleeps."""
 _CONNECT_TIMEOUT = 2.0
+_MESSAGE_BYTES = 2048
+"""The kubelet's cap on a termination message taken from the log."""
 
 
 class CannotRunLocally(BackendError):
@@ -98,6 +109,10 @@ class _LocalPod:
     starter: asyncio.Task[None] | None = None
     """Waits for the master before starting the process."""
     bound: bool = False
+    mounts: LocalMounts | None = None
+    message_from_log: bool = False
+    """A failure's message is the log's last line (`terminationMessagePolicy:
+    FallbackToLogsOnError`, and trainhub's initializer, which ends its log with the reason)."""
 
 
 class LocalBackend(Backend):
@@ -111,11 +126,15 @@ class LocalBackend(Backend):
         logs_dir: Path,
         master_wait_tries: int = INIT_CONTAINER_MAX_TRIES,
         master_wait_interval: float = MASTER_WAIT_INTERVAL,
+        pvc_dir: Path | None = None,
     ) -> None:
+        """`pvc_dir`: the directories standing for PersistentVolumeClaims (claim C is
+        `<pvc_dir>/C`); the jobs' workspaces are under `<logs_dir>/workspaces`."""
         super().__init__()
         self.pool = pool
         self.workdir = workdir
         self.logs_dir = logs_dir
+        self.volumes = LocalVolumes(workspaces=logs_dir / "workspaces", pvc_dir=pvc_dir)
         self.master_wait_tries = master_wait_tries
         self.master_wait_interval = master_wait_interval
         self._pods: dict[str, _LocalPod] = {}
@@ -150,8 +169,10 @@ class LocalBackend(Backend):
             return
         container = pod.main_container
         try:
-            spec = process_spec(pod, container, _NODE)
-        except UnresolvableEnv as exc:
+            spec, mounts = localized(
+                pod, container, process_spec(pod, container, _NODE), self.volumes
+            )
+        except (UnresolvableEnv, UnmappableVolume) as exc:
             raise CannotRunLocally(f"pod {pod.name}: {exc}") from None
         if not spec.argv:
             raise CannotRunLocally(
@@ -161,6 +182,12 @@ class LocalBackend(Backend):
                 "on a kube cluster"
             )
         local = _LocalPod(job_uid, pod, self.logs_dir / f"{pod.namespace}_{pod.name}.log")
+        local.mounts = mounts
+        local.message_from_log = (container.model_extra or {}).get(
+            "terminationMessagePolicy"
+        ) == "FallbackToLogsOnError" or (
+            upstream_initializer(container.image) is not None and not container.command
+        )
         self._pods[key] = local
         self._jobs.setdefault(job_uid, set()).add(key)
         delay = self.backoff.delay(key)
@@ -204,7 +231,15 @@ class LocalBackend(Backend):
 
     async def _start_process(self, key: str, pod: _LocalPod, spec: ProcessSpec) -> None:
         container = pod.plan.main_container
-        cwd = self.workdir / container.workingDir if container.workingDir else self.workdir
+        mounts = pod.mounts or LocalMounts()
+        within = working_dir(container, mounts)
+        cwd = self.workdir / within if within else self.workdir
+        try:
+            await asyncio.to_thread(_make_directories, local_directories(mounts))
+        except OSError as exc:
+            self._unbind(key, pod)
+            await self._emit(pod, "Failed", CANNOT_START, f"cannot make its volumes: {exc}")
+            return
         # Appended: a restarted pod's log keeps what the run before it said (why it failed).
         output: IO[bytes] = pod.log_path.open("ab")
         try:
@@ -247,7 +282,10 @@ class LocalBackend(Backend):
         self._unbind(key, pod)
         # A signal death reads as 128+N, as a container runtime reports it.
         exit_code = 128 - code if code < 0 else code
-        await self._emit(pod, "Succeeded" if exit_code == 0 else "Failed", exit_code)
+        message = None
+        if exit_code != 0 and pod.message_from_log:
+            message = await asyncio.to_thread(_last_line, pod.log_path)
+        await self._emit(pod, "Succeeded" if exit_code == 0 else "Failed", exit_code, message)
 
     def _unbind(self, key: str, pod: _LocalPod) -> None:
         if pod.bound:
@@ -314,6 +352,23 @@ class LocalBackend(Backend):
         if pod is None or not pod.log_path.exists():
             return ""
         return await asyncio.to_thread(pod.log_path.read_text, errors="replace")
+
+
+def _make_directories(paths: list[Path]) -> None:
+    for path in paths:
+        path.mkdir(parents=True, exist_ok=True)
+
+
+def _last_line(log_path: Path) -> str | None:
+    """The last line the process wrote (at most the kubelet's 2048 bytes of it)."""
+    try:
+        with log_path.open("rb") as log_file:
+            log_file.seek(max(0, log_file.seek(0, os.SEEK_END) - _MESSAGE_BYTES))
+            tail = log_file.read().decode(errors="replace")
+    except OSError:
+        return None
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    return lines[-1] if lines else None
 
 
 async def _accepts_connections(host: str, port: int) -> bool:

@@ -30,6 +30,8 @@ class BackendRequest:
     keep_logs: bool = False
     workdir: Path = field(default_factory=Path.cwd)
     """local: the pods' working directory."""
+    pvc_dir: Path | None = None
+    """local: the directories standing for PersistentVolumeClaims (claim C is `<dir>/C`)."""
     time_scale: float = 1.0
     """sim: how much faster than written the pods run."""
     kubeconfig: Path | None = None
@@ -64,7 +66,9 @@ def _local(request: BackendRequest) -> Backend:
     logs = request.logs_dir()
     if logs is None:
         raise ValueError("the local backend needs a directory for its pods' logs")
-    return LocalBackend(request.cluster.pool(), workdir=request.workdir, logs_dir=logs)
+    return LocalBackend(
+        request.cluster.pool(), workdir=request.workdir, logs_dir=logs, pvc_dir=request.pvc_dir
+    )
 
 
 def _sim(request: BackendRequest) -> Backend:

@@ -10,7 +10,7 @@ from typing import Any
 from schemas.kubeflow import AnyJob
 from schemas.pod import Container, EnvVar, PodSpec
 from schemas.status import ReplicatedJobStatus
-from schemas.trainer import LAUNCHER, NODE
+from schemas.trainer import DATASET_INITIALIZER, LAUNCHER, MODEL_INITIALIZER, NODE
 from schemas.trainjob import TrainJob
 from workers.frameworks.base import (
     ConfigData,
@@ -19,6 +19,13 @@ from workers.frameworks.base import (
     SecretData,
     all_succeeded,
     plain_env,
+)
+from workers.initializer.storage_uri import (
+    PVC_SOURCE_MOUNT,
+    PVC_SOURCE_VOLUME,
+    STORAGE_URI_ENV,
+    StorageUriError,
+    parse_storage_uri,
 )
 from workers.network import Network
 from workers.ssh_keys import ecdsa_p521_key_pair
@@ -53,6 +60,39 @@ def hostfile_config_map_name(job: AnyJob) -> str:
 
 def ssh_auth_secret_name(job: AnyJob) -> str:
     return f"{job.metadata.name}{SSH_AUTH_SUFFIX}"
+
+
+def _with_volumes(spec: PodSpec, volumes: list[dict[str, Any]]) -> PodSpec:
+    """Upstream's UpsertVolumes: replace a volume of the same name, else append."""
+    names = {v["name"] for v in volumes}
+    kept = [v for v in (spec.model_extra or {}).get("volumes", []) if v["name"] not in names]
+    return spec.model_copy(update={"volumes": [*kept, *volumes]})
+
+
+def _pvc_source(spec: PodSpec, rtype: str) -> PodSpec:
+    """An initializer whose STORAGE_URI is `pvc://<claim>/<path>`: the claim as the read-only
+    volume `pvc-source`, mounted at /mnt/pvc in the initializer's container, where trainhub's
+    initializer reads `<path>` (upstream's images fetch hf:// only)."""
+    containers = []
+    claim = None
+    for container in spec.containers:
+        uri = next((e.value for e in container.env or [] if e.name == STORAGE_URI_ENV), None)
+        if container.name == rtype and uri is not None and uri.startswith("pvc://"):
+            try:
+                claim = parse_storage_uri(uri).claim
+            except StorageUriError:
+                claim = None  # the initializer says why when it runs
+            if claim is not None:
+                mount = {"name": PVC_SOURCE_VOLUME, "mountPath": PVC_SOURCE_MOUNT, "readOnly": True}
+                container = _with_mount(container, mount)
+        containers.append(container)
+    if claim is None:
+        return spec
+    volume = {
+        "name": PVC_SOURCE_VOLUME,
+        "persistentVolumeClaim": {"claimName": claim, "readOnly": True},
+    }
+    return _with_volumes(spec.model_copy(update={"containers": containers}), [volume])
 
 
 def _with_mount(container: Container, mount: dict[str, Any]) -> Container:
@@ -176,12 +216,15 @@ class TrainJobAdapter(FrameworkAdapter):
 
     def decorate_pod(self, job: AnyJob, rtype: str, index: int, spec: PodSpec) -> PodSpec:
         """Every pod: its name as hostname, the job's subdomain (an Indexed Job's pod under
-        JobSet). MPI, as upstream's plugin: the SSH keys' Secret on the launcher's and nodes'
-        pods, mounted at `sshAuthMountPath` in their `node` containers; the hostfile at
-        /etc/mpi in the launcher's."""
+        JobSet). An initializer fetching `pvc://`: the claim mounted (`_pvc_source`). MPI,
+        as upstream's plugin: the SSH keys' Secret on the launcher's and nodes' pods, mounted
+        at `sshAuthMountPath` in their `node` containers; the hostfile at /etc/mpi in the
+        launcher's."""
         spec = spec.model_copy(
             update={"hostname": self.pod_name(job, rtype, index), "subdomain": self.subdomain(job)}
         )
+        if rtype in (DATASET_INITIALIZER, MODEL_INITIALIZER):
+            spec = _pvc_source(spec, rtype)
         resolved = _trainjob(job).resolved
         if resolved.policy != "mpi" or rtype not in (LAUNCHER, NODE):
             return spec
@@ -212,9 +255,7 @@ class TrainJobAdapter(FrameworkAdapter):
                 for mount in mounts:
                     container = _with_mount(container, mount)
             containers.append(container)
-        names = {v["name"] for v in volumes}
-        kept = [v for v in (spec.model_extra or {}).get("volumes", []) if v["name"] not in names]
-        return spec.model_copy(update={"containers": containers, "volumes": [*kept, *volumes]})
+        return _with_volumes(spec.model_copy(update={"containers": containers}), volumes)
 
     def succeeded(self, job: AnyJob, counts: Mapping[str, ReplicaCounts]) -> bool:
         """JobSet's successPolicy: every pod of the target replicated jobs (all by default)."""
