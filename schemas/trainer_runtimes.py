@@ -60,6 +60,12 @@ def key_of_record(text: str) -> RuntimeKey:
     return kind, namespace, name
 
 
+def shown_name(key: RuntimeKey) -> str:
+    """`kind name` or `kind namespace/name`, as messages and tables name a runtime."""
+    kind, namespace, name = key
+    return f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
+
+
 def runtime_document(runtime: AnyRuntime) -> dict[str, Any]:
     """The runtime as a document again (what `parse_runtime` reads back to the same)."""
     return runtime.model_dump(mode="json", exclude_none=True)

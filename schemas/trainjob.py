@@ -24,6 +24,8 @@ from schemas.trainer import (
 from schemas.trainer_runtimes import RuntimeCatalog, runtime_catalog
 from schemas.trainjob_resolution import ResolvedTrainJob, resolve
 
+UNKNOWN_RUNTIME = "unsupported runtime"
+"""In the message of a TrainJob refused for naming a runtime its reader does not know."""
 RUNTIMES_CONTEXT = "runtimes"
 """The validation context's key for the `RuntimeCatalog` a TrainJob is resolved in
 (`parse_job(..., runtimes=)`); without it, this process's catalog."""
@@ -58,7 +60,7 @@ class TrainJob(TrainJobDocument):
         if runtime is None:
             kind = ref.kind or "ClusterTrainingRuntime"
             raise ValueError(
-                f"spec.runtimeRef.name: unsupported runtime: {kind} {ref.name!r} is not known "
+                f"spec.runtimeRef.name: {UNKNOWN_RUNTIME}: {kind} {ref.name!r} is not known "
                 f"to trainhub; known runtimes: {catalog.known_text()} (got {ref.name!r})"
             )
         problems: list[str] = []

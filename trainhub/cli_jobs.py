@@ -26,7 +26,7 @@ from rich.table import Table
 from bus.base import BusError, UnknownTopicError
 from schemas.cluster import ClusterSnapshot
 from schemas.errors import ContractError
-from schemas.job_parsing import parse_job
+from schemas.job_parsing import parse_placed_job
 from schemas.kubeflow import AnyJob
 from schemas.quantity import format_quantity
 from schemas.trainjob import TrainJob
@@ -275,7 +275,7 @@ def _parsed(job: TrainHubJob) -> AnyJob | None:
     if job.spec is None:
         return None
     try:
-        return parse_job(job.spec)
+        return parse_placed_job(job.spec, job.runtime)
     except ContractError:
         return None
 
