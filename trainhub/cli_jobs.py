@@ -54,7 +54,7 @@ console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200, ma
 err_console = Console(stderr=True, soft_wrap=True, markup=False)
 
 get_app = typer.Typer(
-    help="List jobs or member clusters.",
+    help="List jobs, member clusters or TrainJob runtimes.",
     no_args_is_help=True,
     epilog=examples(
         "trainhub get jobs",
@@ -62,6 +62,7 @@ get_app = typer.Typer(
         "trainhub get job mnist -o yaml",
         "trainhub get jobs -w",
         "trainhub get clusters -o json",
+        "trainhub get runtimes -o wide",
     ),
 )
 describe_app = typer.Typer(

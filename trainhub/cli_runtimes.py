@@ -46,7 +46,6 @@ runtime_app = typer.Typer(
         "trainhub runtime apply -f my-torch.yaml",
         "trainhub runtime delete clustertrainingruntime/my-torch",
         "trainhub runtime delete trainingruntime/team-torch -n team-a",
-        "trainhub get runtimes -o wide",
     ),
 )
 
