@@ -80,7 +80,9 @@ def role_acls(role: Role, topics: Topics, clusters: Sequence[str] = ()) -> list[
     consumers and the workers' assignment consumers need a group ACL. Topics are created by
     the hub (shared ones at start, a cluster's assignments topic on first placement) and by
     each worker (its own assignments and reports topics); the others find them existing.
-    Writing any topic also permits the idempotent producer.
+    Writing any topic also permits the idempotent producer. Only the hub's user may write
+    the runtimes topic (operators run `trainhub runtime apply` as it); workers never read
+    it (an assignment carries its TrainJob's runtime) and producers only read it.
     """
     if role == "hub":
         return [
@@ -116,6 +118,16 @@ def role_acls(role: Role, topics: Topics, clusters: Sequence[str] = ()) -> list[
             ),
             _topic(topics.hub_state, Operation.READ, "reads its state at start"),
             _topic(topics.hub_state, Operation.WRITE, "keeps its state, a record per job"),
+            _topic(
+                topics.runtimes,
+                Operation.READ,
+                "knows every TrainJob runtime (reads them at start, then follows)",
+            ),
+            _topic(
+                topics.runtimes,
+                Operation.WRITE,
+                "operators apply and delete runtimes as this user (`trainhub runtime`)",
+            ),
             _topic(topics.leader, Operation.READ, "stands by, and watches for a newer leader"),
             _topic(topics.leader, Operation.WRITE, "claims the lead (its epoch)"),
             AclRule(
@@ -185,6 +197,11 @@ def role_acls(role: Role, topics: Topics, clusters: Sequence[str] = ()) -> list[
             _topic(topics.jobs, Operation.WRITE, "submits, updates, deletes, suspends, resumes"),
             _topic(topics.status, Operation.READ, "`submit --watch`, `status`, SDK waits"),
             _topic(topics.clusters, Operation.READ, "lists the member clusters (SDK)"),
+            _topic(
+                topics.runtimes,
+                Operation.READ,
+                "`get runtimes`, SDK `list_runtimes`; checks a TrainJob's runtime before submit",
+            ),
         ]
     raise ValueError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
 

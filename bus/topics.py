@@ -52,6 +52,12 @@ class Topics:
         return f"{self.prefix}.hubstate"
 
     @property
+    def runtimes(self) -> str:
+        """Operators' TrainJob runtimes, one record per runtime keyed `KIND/NAMESPACE/NAME`
+        (compacted; a tombstone deletes): bus/runtimes.py, dispatcher/runtime_follower.py."""
+        return f"{self.prefix}.runtimes"
+
+    @property
     def leader(self) -> str:
         """The hubs' election: whoever holds its one partition in `leader_group` leads; its
         claim records number the epochs (dispatcher/leadership.py)."""
@@ -138,6 +144,9 @@ class Topics:
                 # a starting hub reads what compaction left, so it should leave live jobs.
                 extra_config={**self._replica_config(), **_STATE_COMPACTION},
             ),
+            # One partition: every reader applies the runtimes in the order they were written,
+            # and "read to its end" is one offset.
+            self._spec(self.runtimes, compacted=True, partitions=1),
             self._spec(self.leader, partitions=1),
             self._spec(self.dead_letters, partitions=1),
             # Answers are read within seconds of being written; a day is plenty.

@@ -47,6 +47,7 @@ from dispatcher.redispatch import Redispatcher
 from dispatcher.registry import ClusterRegistry
 from dispatcher.relay import relayed_by
 from dispatcher.report_gate import ReportGate
+from dispatcher.runtime_follower import RuntimeFollower
 from dispatcher.scheduling_pass import SchedulingPass
 from dispatcher.state_store import HubStateStore
 from dispatcher.status_follower import StatusFollower
@@ -84,6 +85,12 @@ class Hub:
             placer=Placer(config.placement),
             turns=QueueTurns(config.placement.fairness()),
             state=HubStateStore(bus, (topics or Topics()).hub_state),
+            runtimes=RuntimeFollower(
+                bus,
+                topics or Topics(),
+                component=config.source,
+                on_dead_letter=self._count_dead_letter,
+            ),
             epoch=epoch,
         )
         self.statuses = HubStatuses(self.context)
@@ -139,6 +146,8 @@ class Hub:
         # the clusters' reports are read in groups, from the predecessor's last commit, and
         # the heartbeats it passed on whole (the compacted topic holds the newest of each).
         replayed_dead = await self._dead_lettered_before()
+        # Every runtime operators applied, before any job is judged or rebuilt.
+        await context.runtimes.start(replayed_dead)
         status = self._consumer(
             [topics.status],
             topics.hub_status_group,
@@ -174,6 +183,7 @@ class Hub:
         for consumer in self._consumers:
             self._tasks.spawn(consumer.run(), "consume")
         self._tasks.spawn(self._schedule_loop(), "schedule")
+        self._tasks.spawn(context.runtimes.run(), "runtimes")
         self._tasks.spawn(self.outbox.run(), "assignments")
         feed = self.liveness.follow_feed(reports, interval)
         self._tasks.spawn(feed, "heartbeat-feed")
@@ -196,6 +206,7 @@ class Hub:
         await self._tasks.cancel_all()
         for consumer in self._consumers:
             await consumer.subscription.stop()
+        await self.context.runtimes.stop()
         log.info("hub stopped")
 
     async def _schedule_loop(self) -> None:
@@ -249,7 +260,7 @@ class Hub:
         await clusters.catch_up()
         if context.epoch is not None:
             await self._mark_epoch(c.name for c in context.clusters.all())
-        loaded = await context.state.load()
+        loaded = await context.state.load(context.runtimes.catalog)
         for record, ttl in loaded:
             ledger.put(record)
             if record.phase.finished and record.status is not None:

@@ -1,5 +1,6 @@
 """What the hub's rooms share: the bus, the job ledger, the cluster registry, reservations,
-the placer, and the signal that wakes the scheduling pass. Built once by `Hub`."""
+the placer, the TrainJob runtimes, and the signal that wakes the scheduling pass. Built once
+by `Hub`."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from dispatcher.ledger import Ledger
 from dispatcher.metrics import HubMetrics
 from dispatcher.placement import Placer, VersionedReservations
 from dispatcher.registry import ClusterRegistry
+from dispatcher.runtime_follower import RuntimeFollower
 from dispatcher.state_store import HubStateStore
 from schemas.status import JobPhase
 
@@ -40,6 +42,7 @@ class HubContext:
     placer: Placer
     turns: QueueTurns
     state: HubStateStore
+    runtimes: RuntimeFollower
     expiries: Expiries = field(default_factory=Expiries)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     """Set to run the next scheduling pass now rather than at its interval."""

@@ -6,6 +6,7 @@ from bus.events import publish_payload
 from dispatcher.hub_context import HubContext
 from dispatcher.ledger import JobRecord
 from schemas.events import EventType, JobStatusUpdate
+from schemas.job_parsing import runtime_of
 from schemas.status import JobPhase
 
 HUB_OWNED = frozenset({JobPhase.QUEUED, JobPhase.SUSPENDED, JobPhase.ASSIGNED})
@@ -51,6 +52,7 @@ class HubStatuses:
             placement=record.decision,
             submission=submission or record.submission,
             job=record.document() if with_job and record.job is not None else None,
+            runtime=runtime_of(record.job) if with_job and record.job is not None else None,
         )
         await publish_payload(
             context.bus,

@@ -17,9 +17,11 @@ from schemas.conditions import JobStep
 from schemas.errors import JobInvalid
 from schemas.events import CloudEvent, EventType, JobRef, JobSubmitted, JobUpdated
 from schemas.job_controls import control_field, with_suspend
-from schemas.job_parsing import job_uid_of, names_of, parse_job
+from schemas.job_parsing import job_uid_of, names_of, parse_job, parse_placed_job, runtime_of
 from schemas.kubeflow import AnyJob
 from schemas.status import ALREADY_EXISTS, INVALID, TTL_EXPIRED, JobPhase
+from schemas.trainer_runtimes import RuntimeCatalog, pinned_catalog
+from schemas.trainjob import TrainJob
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +70,10 @@ class JobIntake:
     async def _on_submitted(self, event: CloudEvent) -> None:
         ledger = self._context.ledger
         document = event.data_as(JobSubmitted).job
+        runtimes = self._context.runtimes
+        await runtimes.known(document)
         try:
-            job = parse_job(document)
+            job = parse_job(document, runtimes.catalog)
         except JobInvalid as exc:
             uid = job_uid_of(document)
             known = ledger.get(uid) if uid is not None else None
@@ -193,7 +197,9 @@ class JobIntake:
         cluster is taken back, to be placed again with it when resumed. A refused update is
         dead-lettered with the reason and the job left as it was."""
         context = self._context
-        job = parse_job(event.data_as(JobUpdated).job)
+        document = event.data_as(JobUpdated).job
+        await context.runtimes.known(document)
+        job = parse_job(document, self._update_catalog(document))
         record = context.ledger.get(job.uid)
         problem = update_problem(
             record.job if record else None, record.phase if record else None, job
@@ -226,6 +232,17 @@ class JobIntake:
             message = "spec updated; held until resumed"
         await self._statuses.publish(record, reason=UPDATED, message=message, with_job=True)
         context.wake.set()
+
+    def _update_catalog(self, document: object) -> RuntimeCatalog:
+        """Where an update finds its runtime: a TrainJob's own, the one it was resolved
+        against when submitted (a runtime changed since does not change a job), over the
+        hub's runtimes (a changed runtimeRef is then refused as such)."""
+        catalog = self._context.runtimes.catalog
+        uid = job_uid_of(document)
+        record = self._context.ledger.get(uid) if uid is not None else None
+        if record is None or not isinstance(record.job, TrainJob):
+            return catalog
+        return pinned_catalog(record.job.runtime, base=lambda: catalog)
 
     async def _on_deleted(self, ref: JobRef) -> None:
         record = self._context.ledger.get(ref.uid)
@@ -273,7 +290,9 @@ class JobIntake:
         if record is None or record.job is None or record.phase.finished:
             return
         if record.phase == JobPhase.SUSPENDED and record.cluster is None:
-            record.job = parse_job(with_suspend(record.job.to_document(), False))
+            record.job = parse_placed_job(
+                with_suspend(record.job.to_document(), False), runtime_of(record.job)
+            )
             record.resume()
             await self._statuses.publish(
                 record, reason="Resumed", message="waiting for placement", with_job=True

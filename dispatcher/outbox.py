@@ -19,6 +19,7 @@ from schemas.events import (
     JobRef,
     JobRevoked,
 )
+from schemas.job_parsing import runtime_of
 from schemas.status import JobPhase
 
 
@@ -66,6 +67,7 @@ class AssignmentOutbox:
             cluster=record.cluster,
             attempt=record.attempt,
             job=record.document(),
+            runtime=runtime_of(record.job),
             placement=decision,
             conditions=record.status.conditions if record.status is not None else [],
         )

@@ -23,8 +23,9 @@ from bus.reading import records_to_end
 from dispatcher.ledger import JobRecord
 from schemas.errors import JobInvalid
 from schemas.events import PlacementDecision
-from schemas.job_parsing import parse_job
+from schemas.job_parsing import parse_job, parse_placed_job, runtime_of
 from schemas.status import JobPhase, JobStatus
+from schemas.trainer_runtimes import RuntimeCatalog
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,9 @@ class JobState(BaseModel):
     ttl: int | None = None
     """runPolicy.ttlSecondsAfterFinished, kept when the document is not."""
     job: dict[str, Any] | None = None
+    runtime: dict[str, Any] | None = None
+    """With a TrainJob's `job`: the runtime it was resolved against, so that a restarted hub
+    places it again as it did, whatever the runtimes topic holds now."""
 
 
 def encode_state(record: JobRecord) -> bytes:
@@ -86,15 +90,19 @@ def encode_state(record: JobRecord) -> bytes:
         "excluded": {c: now_wall + (until - now) for c, until in record.excluded.items()},
         "ttl": job.run_policy.ttlSecondsAfterFinished if job is not None else None,
         "job": record.document() if job is not None and not record.phase.finished else None,
+        "runtime": runtime_of(job) if job is not None and not record.phase.finished else None,
     }
     # None fields are left out at the top (most are, for most jobs); nested models keep
     # theirs, which may be required.
     return to_json({k: v for k, v in fields.items() if v is not None})
 
 
-def decode_state(value: bytes) -> tuple[JobRecord, int | None]:
+def decode_state(
+    value: bytes, runtimes: RuntimeCatalog | None = None
+) -> tuple[JobRecord, int | None]:
     """A record and its ttlSecondsAfterFinished from a state-topic value; ValueError when
-    the value is not a job's state."""
+    the value is not a job's state. `runtimes`: where a TrainJob saved without its runtime
+    (by a hub of before) finds it."""
     try:
         state = JobState.model_validate_json(value)
     except ValidationError as exc:
@@ -102,7 +110,11 @@ def decode_state(value: bytes) -> tuple[JobRecord, int | None]:
     job = None
     if state.job is not None:
         try:
-            job = parse_job(state.job)
+            job = (
+                parse_placed_job(state.job, state.runtime)
+                if state.runtime is not None
+                else parse_job(state.job, runtimes)
+            )
         except JobInvalid as exc:
             raise ValueError(f"job {state.uid}: {exc}") from exc
     now_wall, now = time.time(), time.monotonic()
@@ -150,7 +162,9 @@ class HubStateStore:
         """A tombstone: compaction removes the job from the topic."""
         await self._bus.send(self._topic, None, key=uid.encode())
 
-    async def load(self) -> list[tuple[JobRecord, int | None]]:
+    async def load(
+        self, runtimes: RuntimeCatalog | None = None
+    ) -> list[tuple[JobRecord, int | None]]:
         """Every job on the topic, the newest record of each (tombstones remove), with its
         ttlSecondsAfterFinished. A value that does not decode is logged and passed over:
         the status topic still has that job's history."""
@@ -163,7 +177,7 @@ class HubStateStore:
             if value is None:
                 continue
             try:
-                loaded.append(decode_state(value))
+                loaded.append(decode_state(value, runtimes))
             except ValueError as exc:
                 uid = key.decode(errors="replace")
                 log.error("hub state unreadable, passed over: %s", exc, extra={"job": uid})

@@ -16,7 +16,7 @@ from dispatcher.redispatch import REDISPATCHED, Redispatcher
 from dispatcher.relay import relayed_by
 from schemas.errors import JobInvalid
 from schemas.events import CloudEvent, EventType, JobHandedBack, JobStatusUpdate
-from schemas.job_parsing import parse_job
+from schemas.job_parsing import parse_job, parse_placed_job
 from schemas.status import ALREADY_EXISTS, INVALID, JobPhase
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,11 @@ class StatusFollower:
         record = ledger.get(update.uid)
         if update.job is not None:
             try:
-                job = parse_job(update.job)
+                job = (
+                    parse_placed_job(update.job, update.runtime)
+                    if update.runtime is not None
+                    else parse_job(update.job, self._context.runtimes.catalog)
+                )
             except JobInvalid:
                 return None
             same_run = record is not None and record.submission == update.submission

@@ -29,6 +29,7 @@ from schemas.events import (
     JobUpdated,
     LogsChunk,
     LogsRequested,
+    RuntimeApplied,
 )
 from schemas.kubeflow import JOB_CLASSES
 
@@ -169,6 +170,22 @@ EVENTS: tuple[EventSpec, ...] = (
             Route("<prefix>.clusters", "`leader`", _HUB, "anyone"),
         ),
     ),
+    EventSpec(
+        EventType.RUNTIME_APPLIED,
+        RuntimeApplied,
+        "A TrainJob runtime an operator applied (`trainhub runtime apply`): `runtime` is the "
+        "(Cluster)TrainingRuntime document. A tombstone (no value) of its key deletes it; the "
+        "topic is compacted, so it holds the newest of each. The hub validates it again and "
+        "dead-letters one that is invalid.",
+        (
+            Route(
+                "<prefix>.runtimes",
+                "`KIND/NAMESPACE/NAME` (NAMESPACE empty for a ClusterTrainingRuntime)",
+                "an operator (the hub's user)",
+                "the hub, anyone",
+            ),
+        ),
+    ),
 )
 
 
@@ -252,8 +269,10 @@ UUID version 5 of `<namespace>/<name>` in the namespace `6f1d4c62-3f0e-4b8e-9a53
 Producers write only the jobs topic. Each worker writes only its own cluster's reports topic;
 the hub checks what each report speaks for and passes what it accepts on to the status and
 clusters topics, which hubs alone write (one writer of the truth). `<prefix>.hubstate` and
-`<prefix>.leader` are the hubs' own and not part of this contract; `<prefix>.deadletter`
-holds every record nobody could use, with the reason in the `trainhub_dlq_reason` header.
+`<prefix>.leader` are the hubs' own and not part of this contract; `<prefix>.runtimes` (TrainJob
+runtimes) is written by operators, as the hub's user, and read by the hub and by clients;
+`<prefix>.deadletter` holds every record nobody could use, with the reason in the
+`trainhub_dlq_reason` header.
 
 ## What the hub does with what producers send
 

@@ -56,6 +56,7 @@ class EventType:
     LOGS_REQUESTED = "io.trainhub.logs.requested"
     LOGS_CHUNK = "io.trainhub.logs.chunk"
     HUB_LEADER = "io.trainhub.hub.leader"
+    RUNTIME_APPLIED = "io.trainhub.runtime.applied"
 
 
 class CloudEvent(BaseModel):
@@ -184,6 +185,9 @@ class JobAssigned(_Payload):
     cluster: str
     attempt: int = Field(ge=1)
     job: dict[str, Any]
+    runtime: dict[str, Any] | None = None
+    """A TrainJob's: the (Cluster)TrainingRuntime the hub resolved and placed it against,
+    which the worker renders it with (whatever runtimes it knows, or was told of since)."""
     placement: PlacementDecision | None = None
     conditions: list[JobCondition] = Field(default_factory=list)
     """The job's conditions so far (the hub's: `Created`, and `Suspended` False once a held
@@ -244,6 +248,15 @@ class JobStatusUpdate(_Payload):
     """Id of the `job.submitted` event this run came from (dedupes redelivered submissions)."""
     job: dict[str, Any] | None = None
     """The job document, on the hub's first `Queued` update: a restarted hub rebuilds from it."""
+    runtime: dict[str, Any] | None = None
+    """With a TrainJob's `job`: the runtime the hub resolved it against (`JobAssigned`)."""
+
+
+class RuntimeApplied(_Payload):
+    """An operator's (Cluster)TrainingRuntime (`trainhub runtime apply`), on the compacted
+    runtimes topic keyed `KIND/NAMESPACE/NAME`; a tombstone of that key deletes it."""
+
+    runtime: dict[str, Any]
 
 
 class LogsRequested(_Payload):

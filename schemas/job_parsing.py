@@ -13,6 +13,13 @@ from pydantic import ValidationError
 from schemas.bounded_yaml import load_all_bounded
 from schemas.errors import JobInvalid, describe_validation_error
 from schemas.kubeflow import JOB_CLASSES, AnyJob, derive_job_uid
+from schemas.trainer_runtimes import (
+    RuntimeCatalog,
+    parse_runtime,
+    pinned_catalog,
+    runtime_document,
+)
+from schemas.trainjob import RUNTIMES_CONTEXT, TrainJob
 from schemas.validation_hints import misplacement_hint
 
 REMOVED_KINDS = {
@@ -93,8 +100,10 @@ def _shape_problem(document: Any) -> str | None:
     return None
 
 
-def parse_job(document: Any) -> AnyJob:
-    """Validate one job document; raises JobInvalid naming the field and the offending value."""
+def parse_job(document: Any, runtimes: RuntimeCatalog | None = None) -> AnyJob:
+    """Validate one job document; raises JobInvalid naming the field and the offending value.
+    `runtimes`: the catalog a TrainJob's runtimeRef is looked up in (default: this
+    process's)."""
     if not isinstance(document, dict):
         raise JobInvalid(f"a job must be a mapping, got {type(document).__name__}")
     problem = _shape_problem(document)
@@ -113,11 +122,26 @@ def parse_job(document: Any) -> AnyJob:
             f"apiVersion: expected {api_version!r} (got {document.get('apiVersion')!r})"
         )
     try:
-        return JOB_CLASSES[kind].model_validate(document)  # type: ignore[return-value]
+        context = {RUNTIMES_CONTEXT: runtimes} if runtimes is not None else None
+        return JOB_CLASSES[kind].model_validate(document, context=context)  # type: ignore[return-value]
     except ValidationError as exc:
         raise JobInvalid(f"{kind}: {_describe(exc)}") from exc
     except (ValueError, TypeError) as exc:
         raise JobInvalid(f"{kind}: {exc}") from exc
+
+
+def parse_placed_job(document: Any, runtime: dict[str, Any] | None) -> AnyJob:
+    """A job the hub already resolved: a TrainJob against the runtime the hub carried with it
+    (`runtime_of`), whatever this process's catalog holds; without one (a job of another
+    kind, or from a hub of before), as `parse_job`."""
+    if runtime is None:
+        return parse_job(document)
+    return parse_job(document, pinned_catalog(parse_runtime(runtime, "the job's runtime")))
+
+
+def runtime_of(job: AnyJob) -> dict[str, Any] | None:
+    """The runtime document a TrainJob was resolved against; None for the other kinds."""
+    return runtime_document(job.runtime) if isinstance(job, TrainJob) else None
 
 
 def _describe(exc: ValidationError) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any, ClassVar
 
-from pydantic import PrivateAttr, model_validator
+from pydantic import PrivateAttr, ValidationInfo, model_validator
 
 from schemas.host_ports import pod_host_ports
 from schemas.job_meta import ReplicaSpec, derive_job_uid
@@ -18,11 +18,17 @@ from schemas.trainer import (
     MODEL_INITIALIZER,
     NODE,
     TRAINER_API_VERSION,
+    AnyRuntime,
     TrainJobDocument,
 )
-from schemas.trainer_runtimes import runtime_catalog
+from schemas.trainer_runtimes import RuntimeCatalog, runtime_catalog
 from schemas.trainjob_resolution import ResolvedTrainJob, resolve
 
+UNKNOWN_RUNTIME = "unsupported runtime"
+"""In the message of a TrainJob refused for naming a runtime its reader does not know."""
+RUNTIMES_CONTEXT = "runtimes"
+"""The validation context's key for the `RuntimeCatalog` a TrainJob is resolved in
+(`parse_job(..., runtimes=)`); without it, this process's catalog."""
 BATCH_BACKOFF_LIMIT = 6
 """A batch Job's default backoffLimit: each replicated job's pods are retried that often."""
 
@@ -43,23 +49,34 @@ class TrainJob(TrainJobDocument):
     """Upstream's ContainerTrainerPort: torch's PET_MASTER_PORT."""
 
     _resolved: ResolvedTrainJob | None = PrivateAttr(default=None)
+    _runtime: AnyRuntime | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
-    def _with_runtime(self) -> TrainJob:
+    def _with_runtime(self, info: ValidationInfo) -> TrainJob:
         ref = self.spec.runtimeRef
-        catalog = runtime_catalog()
+        given = info.context.get(RUNTIMES_CONTEXT) if isinstance(info.context, dict) else None
+        catalog = given if isinstance(given, RuntimeCatalog) else runtime_catalog()
         runtime = catalog.find(ref, self.metadata.namespace)
         if runtime is None:
             kind = ref.kind or "ClusterTrainingRuntime"
             raise ValueError(
-                f"spec.runtimeRef.name: unsupported runtime: {kind} {ref.name!r} is not known "
+                f"spec.runtimeRef.name: {UNKNOWN_RUNTIME}: {kind} {ref.name!r} is not known "
                 f"to trainhub; known runtimes: {catalog.known_text()} (got {ref.name!r})"
             )
         problems: list[str] = []
         self._resolved = resolve(self.spec, runtime, problems)
         if problems:
             raise ValueError("; ".join(problems))
+        self._runtime = runtime
         return self
+
+    @property
+    def runtime(self) -> AnyRuntime:
+        """The runtime the job was resolved against: carried with it past the hub (its
+        assignment, its state), so that it runs as placed whatever the catalog says later."""
+        if self._runtime is None:  # model_construct skips validation
+            raise ValueError(f"TrainJob {self.key} was not resolved against its runtime")
+        return self._runtime
 
     @property
     def resolved(self) -> ResolvedTrainJob:

@@ -15,8 +15,9 @@ import typer
 from bus.base import BusError
 from schemas.errors import JobInvalid
 from schemas.trainer_runtimes import RUNTIMES_ENV, use_runtime_dirs
-from trainhub import cli_offline, cli_operate, cli_requests, cli_submit, cli_up
+from trainhub import cli_offline, cli_operate, cli_requests, cli_runtimes, cli_submit, cli_up
 from trainhub.cli_help import examples, tidy_help
+from trainhub.cli_jobs import get_app
 from trainhub.cli_jobs import register as register_job_commands
 from trainhub.cli_output import err_console, fail
 from trainhub.console_view import error_text
@@ -122,6 +123,7 @@ except ModuleNotFoundError as exc:
 else:
     app.add_typer(sandbox_app, name="sandbox")
 register_job_commands(app)
+cli_runtimes.register(app, get_app)
 
 
 tidy_help(app)

@@ -26,7 +26,7 @@ from rich.table import Table
 from bus.base import BusError, UnknownTopicError
 from schemas.cluster import ClusterSnapshot
 from schemas.errors import ContractError
-from schemas.job_parsing import parse_job
+from schemas.job_parsing import parse_placed_job
 from schemas.kubeflow import AnyJob
 from schemas.quantity import format_quantity
 from schemas.trainjob import TrainJob
@@ -54,7 +54,7 @@ console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200, ma
 err_console = Console(stderr=True, soft_wrap=True, markup=False)
 
 get_app = typer.Typer(
-    help="List jobs or member clusters.",
+    help="List jobs, member clusters or TrainJob runtimes.",
     no_args_is_help=True,
     epilog=examples(
         "trainhub get jobs",
@@ -62,6 +62,7 @@ get_app = typer.Typer(
         "trainhub get job mnist -o yaml",
         "trainhub get jobs -w",
         "trainhub get clusters -o json",
+        "trainhub get runtimes -o wide",
     ),
 )
 describe_app = typer.Typer(
@@ -275,7 +276,7 @@ def _parsed(job: TrainHubJob) -> AnyJob | None:
     if job.spec is None:
         return None
     try:
-        return parse_job(job.spec)
+        return parse_placed_job(job.spec, job.runtime)
     except ContractError:
         return None
 

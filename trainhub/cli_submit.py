@@ -20,13 +20,13 @@ from schemas.job_parsing import load_documents, read_text
 from schemas.run_policy import TRAINHUB_MANAGER
 from schemas.status import ALREADY_EXISTS, JobPhase
 from schemas.trainer import TRAINJOB_CONTROLLER
-from trainhub.bus_factory import make_bus
+from trainhub.bus_factory import bus_runtimes, make_bus
 from trainhub.cli_help import examples
 from trainhub.cli_live import LiveState, LiveView, want_live
 from trainhub.cli_output import console, exit_on_problems, fail, require_bootstrap
 from trainhub.cli_settings import CREATE_TOPICS, SUBMIT, with_settings
 from trainhub.console_view import StatusPrinter
-from trainhub.job_checks import read_job_files
+from trainhub.job_checks import read_job_files, unknown_runtime
 from trainhub.producer import follow_submissions, submit_with_id
 from trainhub.settings import TrainhubSettings
 
@@ -71,7 +71,11 @@ def submit(
     require_bootstrap(settings)
     texts = read_stdin(job_files)
     if validate:  # every bad document named by file and position, and none sent
-        exit_on_problems(read_job_files(job_files, texts))
+        checked = read_job_files(job_files, texts)
+        if unknown_runtime(checked.problems):  # perhaps one applied on the bus
+            runtimes = asyncio.run(bus_runtimes(settings))
+            checked = read_job_files(job_files, texts, runtimes)
+        exit_on_problems(checked)
     try:
         documents = [d for f in job_files for d in job_documents(f, texts.get(f))]
     except ContractError as exc:

@@ -13,6 +13,8 @@ from dispatcher.demand import profile_job
 from schemas.errors import ContractError, JobInvalid
 from schemas.job_parsing import load_documents, names_of, parse_job, read_text
 from schemas.kubeflow import AnyJob
+from schemas.trainer_runtimes import RuntimeCatalog
+from schemas.trainjob import UNKNOWN_RUNTIME
 
 
 def check_job(job: AnyJob) -> AnyJob:
@@ -23,9 +25,16 @@ def check_job(job: AnyJob) -> AnyJob:
     return job
 
 
-def validate_job(document: Any) -> AnyJob:
-    """`parse_job` and `check_job` in one."""
-    return check_job(parse_job(document))
+def validate_job(document: Any, runtimes: RuntimeCatalog | None = None) -> AnyJob:
+    """`parse_job` and `check_job` in one; `runtimes`: where a TrainJob finds its runtime
+    (default: this process's catalog; `bus.runtimes.read_runtimes` adds the bus's)."""
+    return check_job(parse_job(document, runtimes))
+
+
+def unknown_runtime(problems: Iterable[str]) -> bool:
+    """Whether a TrainJob was refused for a runtime this process does not know: one an
+    operator applied on the bus may be it."""
+    return any(UNKNOWN_RUNTIME in problem for problem in problems)
 
 
 @dataclass
@@ -53,7 +62,11 @@ def _origin(path: Path) -> str:
     return "<stdin>" if str(path) == "-" else str(path)
 
 
-def read_job_files(paths: Iterable[Path], texts: Mapping[Path, str] | None = None) -> JobFiles:
+def read_job_files(
+    paths: Iterable[Path],
+    texts: Mapping[Path, str] | None = None,
+    runtimes: RuntimeCatalog | None = None,
+) -> JobFiles:
     """Every job of the files that the hub would accept, checked one document at a time: a
     bad document (or an unreadable file) is a problem of its own, named by file, position,
     kind and name, and hides none of the others. `texts`: paths already read (stdin)."""
@@ -69,7 +82,7 @@ def read_job_files(paths: Iterable[Path], texts: Mapping[Path, str] | None = Non
             found.problems.append(f"{_origin(path)}: no job document found")
         for index, document in enumerate(documents, start=1):
             try:
-                found.jobs.append(validate_job(document))
+                found.jobs.append(validate_job(document, runtimes))
             except ContractError as exc:
                 named = _document_name(path, index, len(documents), document)
                 found.problems.append(f"{named}: {exc}")

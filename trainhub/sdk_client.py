@@ -12,18 +12,35 @@ from pathlib import Path
 from typing import Any
 
 from bus.base import Bus
+from bus.runtimes import apply_runtime, delete_runtime, read_runtimes
 from dispatcher.job_updates import update_problem
 from schemas.cluster import ClusterSnapshot
 from schemas.events import EventType
-from schemas.job_parsing import parse_job
-from schemas.kubeflow import derive_job_uid
+from schemas.job_parsing import parse_placed_job
+from schemas.kubeflow import AnyJob, derive_job_uid
 from schemas.names import DNS1123_LABEL
 from schemas.status import INVALID, ConditionType, JobCondition, JobPhase
+from schemas.trainer import AnyRuntime
+from schemas.trainer_runtimes import (
+    BUS,
+    CLUSTER_RUNTIME,
+    NAMESPACED_RUNTIME,
+    RuntimeCatalog,
+    parse_runtime,
+    shown_name,
+)
+from schemas.trainjob import UNKNOWN_RUNTIME
 from trainhub.bus_factory import make_bus
 from trainhub.job_checks import validate_job
 from trainhub.producer import read_clusters, request, submit_with_id, update_document
 from trainhub.sdk_documents import JobSource, job_document
-from trainhub.sdk_errors import JobExistsError, JobNotFoundError, JobUpdateError, looked_for
+from trainhub.sdk_errors import (
+    JobExistsError,
+    JobNotFoundError,
+    JobUpdateError,
+    RuntimeNotFoundError,
+    looked_for,
+)
 from trainhub.sdk_following import FollowingCalls
 from trainhub.sdk_functions import DEFAULT_BACKOFF_LIMIT, DEFAULT_BASE_IMAGE, job_from_function
 from trainhub.sdk_stream import DEFAULT_QUEUE
@@ -193,7 +210,7 @@ class AsyncTrainHubClient(FollowingCalls):
             document = job_document(
                 job, name=name, namespace=namespace, queue=queue, default=self.namespace
             )
-        parsed = validate_job(document)
+        parsed = await self._validated(document)
         view = await self._fresh()
         existing = self._current(view, parsed.uid)
         if (
@@ -240,18 +257,63 @@ class AsyncTrainHubClient(FollowingCalls):
         document = job_document(
             job, name=name, namespace=namespace, queue=None, default=self.namespace
         )
-        parsed = validate_job(document)
+        parsed = await self._validated(document)
         view = await self._fresh()
         existing = self._current(view, parsed.uid)
         if existing is None or existing.phase == JobPhase.DELETED:
             raise JobNotFoundError(f"no job {parsed.key} to update (create it instead)")
         if existing.phase is not None:  # None: just submitted; the hub judges it in order
-            current = parse_job(existing.spec) if existing.spec else None
+            current = parse_placed_job(existing.spec, existing.runtime) if existing.spec else None
             problem = update_problem(current, existing.phase, parsed)
             if problem is not None:
                 raise JobUpdateError(problem)
         bus, _ = await self._connected()
         return await update_document(bus, self.topics, document)
+
+    async def _validated(self, document: Any) -> AnyJob:
+        """`validate_job`, a TrainJob's runtime looked up on the bus too when this process
+        does not know it."""
+        try:
+            return validate_job(document)
+        except ValueError as exc:
+            if UNKNOWN_RUNTIME not in str(exc):
+                raise
+        return validate_job(document, await self.runtimes())
+
+    # -- TrainJob runtimes ----------------------------------------------------------------
+
+    async def runtimes(self) -> RuntimeCatalog:
+        """The runtimes the hub knows: shipped < this process's files (`TRAINHUB_RUNTIMES`)
+        < those applied on the bus (the runtimes topic, read to its end now)."""
+        bus, _ = await self._connected()
+        return await read_runtimes(bus, self.topics)
+
+    async def apply_runtime(self, runtime: Mapping[str, Any] | AnyRuntime) -> str:
+        """Validate a (Cluster)TrainingRuntime document by upstream's rules and publish it on
+        the runtimes topic, replacing the one of its kind, namespace and name applied before
+        (and overriding a shipped or file one). Returns its key (`KIND/NAMESPACE/NAME`);
+        `ValueError` naming what is wrong, nothing published."""
+        parsed = (
+            runtime if not isinstance(runtime, Mapping) else parse_runtime(dict(runtime), "runtime")
+        )
+        bus, _ = await self._connected()
+        return await apply_runtime(bus, self.topics, parsed)
+
+    async def delete_runtime(
+        self, name: str, *, kind: str = CLUSTER_RUNTIME, namespace: str | None = None
+    ) -> None:
+        """Delete a runtime applied on the bus (a tombstone); a shipped or file runtime of the
+        same key is then the one known again. `RuntimeNotFoundError` when the bus has none."""
+        if kind not in (CLUSTER_RUNTIME, NAMESPACED_RUNTIME):
+            raise ValueError(f"kind: {CLUSTER_RUNTIME} or {NAMESPACED_RUNTIME} (got {kind!r})")
+        key = (kind, (namespace or self.namespace) if kind == NAMESPACED_RUNTIME else "", name)
+        catalog = await self.runtimes()
+        if catalog.entries().get(key, (None, ""))[1] != BUS:
+            raise RuntimeNotFoundError(
+                f"no {shown_name(key)} applied on the bus (known runtimes: {catalog.known_text()})"
+            )
+        bus, _ = await self._connected()
+        await delete_runtime(bus, self.topics, key)
 
     # -- reading --------------------------------------------------------------------------
 

@@ -21,6 +21,10 @@ class JobNotFoundError(TrainHubError, LookupError):
     """No job of that name (or uid) is on the status topic."""
 
 
+class RuntimeNotFoundError(TrainHubError, LookupError):
+    """No runtime of that kind, namespace and name was applied on the bus."""
+
+
 class JobExistsError(TrainHubError):
     """The job exists already (and is not deleted): delete it to run it again."""
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from schemas.errors import ContractError
-from schemas.job_parsing import parse_job
+from schemas.job_parsing import parse_placed_job
 from trainhub.sdk_errors import TrainHubError
 from trainhub.sdk_view import TrainHubJob
 from workers.rendering import LABEL_JOB_ROLE, render_job
@@ -45,7 +45,7 @@ def job_pods(job: TrainHubJob) -> list[JobPod]:
             "its pods cannot be named"
         )
     try:
-        parsed = parse_job(job.spec)
+        parsed = parse_placed_job(job.spec, job.runtime)
     except ContractError as exc:
         raise JobPodsUnknownError(f"job {job.key} has no pods: {exc}") from exc
     rendered = render_job(parsed, attempt=max(job.attempt, 1))

@@ -86,6 +86,8 @@ class TrainHubJob(BaseModel):
     placement: PlacementDecision | None = None
     spec: dict[str, Any] | None = None
     """The job document as submitted (from the hub's first status)."""
+    runtime: dict[str, Any] | None = None
+    """A TrainJob's runtime as the hub resolved it (with `spec`)."""
     submission: str | None = None
     created: datetime | None = None
     updated: datetime | None = None
@@ -149,7 +151,7 @@ class StatusView:
         if update.placement is not None:
             job.placement = update.placement
         if update.job is not None:
-            job.spec = update.job
+            job.spec, job.runtime = update.job, update.runtime
         job.priority_class, job.priority = update.priority_class, update.priority
         if update.phase == JobPhase.ASSIGNED:
             job.sequence = 0

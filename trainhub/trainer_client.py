@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bus.base import BusError
-from schemas.job_parsing import parse_job
+from schemas.job_parsing import parse_placed_job
 from schemas.status import ConditionType, JobPhase
 from schemas.trainer import AnyRuntime, RuntimeRef
-from schemas.trainer_runtimes import runtime_catalog
+from schemas.trainer_runtimes import RuntimeCatalog, parse_runtime, runtime_catalog
 from trainhub.sdk import TrainHubClient
 from trainhub.sdk_errors import LogsUnavailableError, TrainHubError
 from trainhub.sdk_functions import container_resources, function_command
@@ -165,7 +165,7 @@ def job_steps(job: TrainHubJob) -> list[Step]:
     by their replicated job's name, trainer nodes `node-<rank>` (with MPI's launcher node-0)."""
     if job.spec is None or job.cluster is None or job.phase in _NO_PODS | {JobPhase.DELETED}:
         return []
-    plans = render_job(parse_job(job.spec), attempt=max(job.attempt, 1)).pods
+    plans = render_job(parse_placed_job(job.spec, job.runtime), attempt=max(job.attempt, 1)).pods
     sizes: dict[str, int] = {}
     for plan in plans:
         sizes[plan.replica_type] = sizes.get(plan.replica_type, 0) + 1
@@ -298,7 +298,12 @@ class TrainerClient:
     def _trainjob(self, job: TrainHubJob) -> TrainJob:
         spec = (job.spec or {}).get("spec") or {}
         ref = RuntimeRef.model_validate(spec.get("runtimeRef") or {"name": UNKNOWN})
-        found = runtime_catalog().find(ref, job.namespace or self.namespace)
+        placed = job.runtime
+        found = (
+            parse_runtime(placed, "the job's runtime")
+            if placed is not None
+            else runtime_catalog().find(ref, job.namespace or self.namespace)
+        )
         runtime = (
             runtime_view(found)
             if found is not None
@@ -319,20 +324,23 @@ class TrainerClient:
 
     def list_runtimes(self) -> list[Runtime]:
         """The ClusterTrainingRuntimes trainhub knows: the shipped ones (torch-distributed,
-        mpi-distributed, plain-distributed) and operators' (`TRAINHUB_RUNTIMES`), by name."""
-        return [
-            runtime_view(r) for r in runtime_catalog().runtimes() if r.kind == CLUSTER_RUNTIME_KIND
-        ]
+        mpi-distributed, plain-distributed), operators' files (`TRAINHUB_RUNTIMES`) and
+        those applied on the bus (`trainhub runtime apply`), by name."""
+        catalog = self._runtimes(f"list {CLUSTER_RUNTIME_KIND}s")
+        return [runtime_view(r) for r in catalog.runtimes() if r.kind == CLUSTER_RUNTIME_KIND]
 
     def get_runtime(self, name: str) -> Runtime:
         """The ClusterTrainingRuntime of that name; `RuntimeError` when none is known."""
-        found = runtime_catalog().find(RuntimeRef(name=name), self.namespace)
+        subject = f"get {CLUSTER_RUNTIME_KIND}: {name}"
+        catalog = self._runtimes(subject)
+        found = catalog.find(RuntimeRef(name=name), self.namespace)
         if found is None:
-            raise RuntimeError(
-                f"Failed to get {CLUSTER_RUNTIME_KIND}: {name} (known runtimes: "
-                f"{runtime_catalog().known_text()})"
-            )
+            raise RuntimeError(f"Failed to {subject} (known runtimes: {catalog.known_text()})")
         return runtime_view(found)
+
+    def _runtimes(self, subject: str) -> RuntimeCatalog:
+        """This process's runtimes with the bus's (the runtimes topic, read to its end)."""
+        return self._run(self.hub.aio.runtimes(), subject)
 
     # -- TrainJobs ------------------------------------------------------------------------
 

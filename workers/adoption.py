@@ -21,7 +21,7 @@ from bus.events import events_to_end
 from bus.retry import retry_transient
 from bus.topics import Topics
 from schemas.events import EventType, JobAssigned, JobRevoked
-from schemas.job_parsing import parse_job
+from schemas.job_parsing import parse_placed_job
 from workers.backends.base import BACKEND_RETRY, Backend, BackendError, is_transient
 from workers.job_run import JobRun
 from workers.rendering import render_job
@@ -35,7 +35,8 @@ worker): running without that pass could leak the pods of jobs revoked while it 
 
 def assigned_run(assigned: JobAssigned, backend: Backend, cluster: str) -> JobRun:
     """The run of an assignment: its job rendered for the backend, its conditions kept."""
-    job = parse_job(assigned.job)
+    # A TrainJob as the hub placed it: with the runtime the assignment carries.
+    job = parse_placed_job(assigned.job, assigned.runtime)
     rendered = render_job(
         job,
         backend.network(),
@@ -156,7 +157,7 @@ class Adoption:
     def _would_own(self, assigned: JobAssigned) -> bool:
         """Whether the assigned job has its own object in this cluster."""
         try:
-            return self._backend.makes_job_object(parse_job(assigned.job))
+            return self._backend.makes_job_object(parse_placed_job(assigned.job, assigned.runtime))
         except ValueError:  # (JobInvalid) the consumer dead-letters it
             return False
 

@@ -82,6 +82,7 @@ def test_each_role_gets_only_its_own_topics_and_groups() -> None:
         ("TOPIC", "secure.jobs", "LITERAL", "WRITE"),
         ("TOPIC", "secure.status", "LITERAL", "READ"),
         ("TOPIC", "secure.clusters", "LITERAL", "READ"),
+        ("TOPIC", "secure.runtimes", "LITERAL", "READ"),
     }
     worker = grants("worker", ["east"])
     assert ("TOPIC", "secure.assignments.east", "LITERAL", "READ") in worker
@@ -99,6 +100,15 @@ def test_each_role_gets_only_its_own_topics_and_groups() -> None:
     assert ("TOPIC", "secure.jobs", "LITERAL", "WRITE") not in hub
     assert ("TOPIC", "secure.deadletter", "LITERAL", "READ") in hub
     assert not any(n == "secure.deadletter" and op == "READ" for _, n, _, op in worker)
+    # Runtimes: written by the hub's user alone (operators), never touched by a worker.
+    writers = {
+        role
+        for role in ROLES
+        for r in role_acls(role, TOPICS, ["east"])
+        if r.name == "secure.runtimes" and r.operation == Operation.WRITE
+    }
+    assert writers == {"hub"}
+    assert not any(n == "secure.runtimes" for _, n, _, _ in worker)
     # Nobody but the hub and a worker for its own topic may create anything.
     creators = {
         role

@@ -32,6 +32,7 @@ def test_topics_named_in_the_contract_are_the_bus_topics() -> None:
         topics.status,
         topics.clusters,
         topics.logs,
+        topics.runtimes,
         topics.assignments("<cluster>"),
         topics.reports("<cluster>"),
     }
