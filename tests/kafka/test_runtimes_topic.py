@@ -9,10 +9,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import yaml
+from pydantic import BaseModel
 
 from bus.events import events_to_end
 from bus.kafka import KafkaBus
@@ -66,14 +67,18 @@ def trainhub(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-async def _statuses(settings: KafkaSettings, topics: Topics) -> list[JobStatusUpdate]:
+_Data = TypeVar("_Data", bound=BaseModel)
+
+
+async def _events(
+    settings: KafkaSettings, topic: str, kind: str, model: type[_Data]
+) -> list[_Data]:
+    """Every event of `kind` on `topic` so far, as `model`."""
     bus = KafkaBus(settings)
     await bus.start()
     try:
         return [
-            event.data_as(JobStatusUpdate)
-            async for event in events_to_end(bus, topics.status)
-            if event.type == EventType.JOB_STATUS
+            event.data_as(model) async for event in events_to_end(bus, topic) if event.type == kind
         ]
     finally:
         await bus.close()
@@ -82,26 +87,14 @@ async def _statuses(settings: KafkaSettings, topics: Topics) -> list[JobStatusUp
 async def _finished(settings: KafkaSettings, topics: Topics, name: str) -> JobStatusUpdate:
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
-        updates = [u for u in await _statuses(settings, topics) if u.name == name]
+        statuses = await _events(settings, topics.status, EventType.JOB_STATUS, JobStatusUpdate)
+        updates = [u for u in statuses if u.name == name]
         final = final_phases(updates)
         for update in updates:
             if update.phase == final.get(update.uid) and update.phase.finished:
                 return update
         await asyncio.sleep(0.5)
     raise AssertionError(f"{name} did not finish: {updates}")
-
-
-async def _assignments(settings: KafkaSettings, topics: Topics) -> list[JobAssigned]:
-    bus = KafkaBus(settings)
-    await bus.start()
-    try:
-        return [
-            event.data_as(JobAssigned)
-            async for event in events_to_end(bus, topics.assignments("east"))
-            if event.type == EventType.JOB_ASSIGNED
-        ]
-    finally:
-        await bus.close()
 
 
 async def test_a_runtime_applied_with_the_cli_places_trainjobs_and_survives_a_hub_restart(
@@ -135,7 +128,9 @@ async def test_a_runtime_applied_with_the_cli_places_trainjobs_and_survives_a_hu
         assert submitted.returncode == 0, submitted.stderr
         done = await _finished(kafka_settings, topics, "first")
         assert done.phase == JobPhase.SUCCEEDED, done.message
-        carried = await _assignments(kafka_settings, topics)
+        carried = await _events(
+            kafka_settings, topics.assignments("east"), EventType.JOB_ASSIGNED, JobAssigned
+        )
         assert carried[0].runtime is not None
         assert carried[0].runtime["metadata"]["name"] == "team-torch"
 
