@@ -202,7 +202,10 @@ class JobIntake:
         job = parse_job(document, self._update_catalog(document))
         record = context.ledger.get(job.uid)
         problem = update_problem(
-            record.job if record else None, record.phase if record else None, job
+            record.job if record else None,
+            record.phase if record else None,
+            job,
+            record.status if record else None,
         ) or context.placer.problem(job)
         if problem is not None:
             log.warning("update refused: %s", problem, extra={"job": job.uid, "event": event.id})

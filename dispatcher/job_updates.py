@@ -7,7 +7,8 @@ then takes it back, and places it again with the new spec when it is resumed). A
 pods exist may only be suspended or resumed (`runPolicy.suspend`); its kind and
 `runPolicy.managedBy` never change. A TrainJob follows Kubeflow Trainer v2.0.0's rules besides:
 `spec.runtimeRef` is immutable (its CRD's CEL rule), and `spec.podSpecOverrides` may change
-only in an update that leaves the TrainJob suspended (its JobSet plugin's webhook). The hub
+only in an update that leaves the TrainJob suspended and while none of its replicated jobs is
+still active, by the job's last status (its JobSet plugin's webhook). The hub
 applies these rules; the SDK and CLI check them first, so that a refusal is an error at once
 rather than a dead letter later.
 """
@@ -18,7 +19,7 @@ from typing import Any
 
 from schemas.job_controls import control_field, job_controls
 from schemas.kubeflow import AnyJob
-from schemas.status import JobPhase
+from schemas.status import JobPhase, JobStatus
 from schemas.trainjob import TrainJob
 
 RUNNING_PHASES = (JobPhase.ASSIGNED, JobPhase.CREATED, JobPhase.RUNNING, JobPhase.RESTARTING)
@@ -35,8 +36,14 @@ def _without_suspend(job: AnyJob) -> dict[str, Any]:
     return document
 
 
-def update_problem(current: AnyJob | None, phase: JobPhase | None, new: AnyJob) -> str | None:
-    """Why `new` cannot replace `current` (a job in `phase`); None when it can."""
+def update_problem(
+    current: AnyJob | None,
+    phase: JobPhase | None,
+    new: AnyJob,
+    status: JobStatus | None = None,
+) -> str | None:
+    """Why `new` cannot replace `current` (a job in `phase`, whose last status is `status`);
+    None when it can."""
     key = new.key
     if phase is None or phase == JobPhase.DELETED:
         return f"no job {key} to update (submit it instead)"
@@ -53,7 +60,7 @@ def update_problem(current: AnyJob | None, phase: JobPhase | None, new: AnyJob) 
             f"{new.run_policy.managedBy or '(unset)'}"
         )
     if isinstance(new, TrainJob) and isinstance(current, TrainJob):
-        problem = _trainjob_problem(current, new)
+        problem = _trainjob_problem(current, new, status)
         if problem is not None:
             return f"TrainJob {key}: {problem}"
     if phase in RUNNING_PHASES and _without_suspend(new) != _without_suspend(current):
@@ -64,9 +71,11 @@ def update_problem(current: AnyJob | None, phase: JobPhase | None, new: AnyJob) 
     return None
 
 
-def _trainjob_problem(current: TrainJob, new: TrainJob) -> str | None:
+def _trainjob_problem(current: TrainJob, new: TrainJob, status: JobStatus | None) -> str | None:
     """Upstream's update rules, in its words: the CRD's `self == oldSelf` on runtimeRef and
-    the JobSet plugin's check of podSpecOverrides against the new `spec.suspend`."""
+    the JobSet plugin's check of podSpecOverrides against the new `spec.suspend` and then
+    against the replicated jobs still active (its JobSet's status; here the job's last
+    status, whose `jobsStatus` the worker copies from the same counts)."""
     if new.spec.runtimeRef != current.spec.runtimeRef:
         return "spec.runtimeRef: Invalid value: runtimeRef is immutable"
     overrides = [o.model_dump(mode="json") for o in new.spec.podSpecOverrides or []]
@@ -76,4 +85,12 @@ def _trainjob_problem(current: TrainJob, new: TrainJob) -> str | None:
             "spec.podSpecOverrides: Forbidden: PodSpecOverrides can only be modified when the "
             "TrainJob is suspended"
         )
+    if overrides != before and status is not None:
+        active = [job.name for job in status.jobsStatus or [] if job.active > 0]
+        if active:
+            return "; ".join(
+                "spec.podSpecOverrides: Forbidden: PodSpecOverrides cannot be modified when "
+                f"the JobSet's ReplicatedJob {name} is still active"
+                for name in active
+            )
     return None

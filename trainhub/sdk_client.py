@@ -264,7 +264,7 @@ class AsyncTrainHubClient(FollowingCalls):
             raise JobNotFoundError(f"no job {parsed.key} to update (create it instead)")
         if existing.phase is not None:  # None: just submitted; the hub judges it in order
             current = parse_placed_job(existing.spec, existing.runtime) if existing.spec else None
-            problem = update_problem(current, existing.phase, parsed)
+            problem = update_problem(current, existing.phase, parsed, existing.status)
             if problem is not None:
                 raise JobUpdateError(problem)
         bus, _ = await self._connected()

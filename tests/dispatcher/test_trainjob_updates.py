@@ -1,6 +1,7 @@
 """What an update may change in a TrainJob: Kubeflow Trainer v2.0.0's rules (the TrainJob
 CRD's `runtimeRef is immutable` and `ManagedBy value is immutable` CEL rules, and its JobSet
-plugin's `PodSpecOverrides can only be modified when the TrainJob is suspended`), besides
+plugin's `PodSpecOverrides can only be modified when the TrainJob is suspended` and `... when
+the JobSet's ReplicatedJob X is still active`), besides
 trainhub's own (a job whose pods exist changes only its suspend)."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import pytest
 
 from dispatcher.job_updates import update_problem
 from schemas.job_parsing import parse_job
-from schemas.status import JobPhase
+from schemas.status import JobPhase, JobStatus, ReplicatedJobStatus
 
 OVERRIDE = {"targetJobs": [{"name": "node"}], "tolerations": [{"key": "x", "operator": "Exists"}]}
 
@@ -31,8 +32,13 @@ def trainjob(runtime: str = "torch-distributed", **spec: Any) -> dict[str, Any]:
     }
 
 
-def problem(current: dict[str, Any], phase: JobPhase, new: dict[str, Any]) -> str | None:
-    return update_problem(parse_job(current), phase, parse_job(new))
+def problem(
+    current: dict[str, Any],
+    phase: JobPhase,
+    new: dict[str, Any],
+    status: JobStatus | None = None,
+) -> str | None:
+    return update_problem(parse_job(current), phase, parse_job(new), status)
 
 
 @pytest.mark.parametrize("phase", [JobPhase.QUEUED, JobPhase.SUSPENDED, JobPhase.RUNNING])
@@ -83,3 +89,36 @@ def test_managed_by_is_immutable_and_the_trainer_changes_while_suspended() -> No
     # Pods exist: only spec.suspend may change (trainhub's rule for every kind).
     running = problem(trainjob(), JobPhase.RUNNING, bigger)
     assert running is not None and "only spec.suspend may change" in running
+
+
+def jobs_status(**active: int) -> JobStatus:
+    """A last status whose replicated jobs have these `active` counts."""
+    return JobStatus(
+        jobsStatus=[ReplicatedJobStatus(name=name, active=n) for name, n in active.items()]
+    )
+
+
+def test_pod_spec_overrides_wait_until_no_replicated_job_is_active() -> None:
+    """The suspension asked in the same update as the change: upstream then looks at the
+    JobSet's replicated jobs and refuses while one is still active (one error each)."""
+    running = trainjob()
+    suspend_and_change = trainjob(suspend=True, podSpecOverrides=[OVERRIDE])
+    both = problem(
+        running,
+        JobPhase.RUNNING,
+        suspend_and_change,
+        jobs_status(**{"dataset-initializer": 0, "model-initializer": 1, "node": 2}),
+    )
+    assert both == (
+        "TrainJob default/tj: spec.podSpecOverrides: Forbidden: PodSpecOverrides cannot be "
+        "modified when the JobSet's ReplicatedJob model-initializer is still active; "
+        "spec.podSpecOverrides: Forbidden: PodSpecOverrides cannot be modified when the "
+        "JobSet's ReplicatedJob node is still active"
+    )
+    # Suspended in its cluster: the worker reported every count at 0, so the change applies.
+    suspended = trainjob(suspend=True)
+    assert problem(suspended, JobPhase.SUSPENDED, suspend_and_change, jobs_status(node=0)) is None
+    # Suspending alone is always allowed, active or not.
+    assert problem(running, JobPhase.RUNNING, trainjob(suspend=True), jobs_status(node=2)) is None
+    # A status without jobsStatus (not placed yet) has nothing active.
+    assert problem(trainjob(suspend=True), JobPhase.QUEUED, suspend_and_change, JobStatus()) is None

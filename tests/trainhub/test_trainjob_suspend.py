@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from bus.dead_letters import dead_letter_reason
+from bus.memory import MemoryBus
 from schemas.status import JobPhase
 from schemas.trainer_runtimes import parse_runtime, runtime_catalog
 from trainhub import AsyncTrainHubClient, cli_get_jobs, cli_jobs
@@ -20,6 +22,7 @@ from trainhub.cli_get_jobs import GetOutput, job_item, print_jobs, resource_name
 from trainhub.cli_jobs import describe_text
 from trainhub.cli_submit import managers
 from trainhub.embedded import Embedded, EmbeddedOptions
+from trainhub.producer import update_document
 from trainhub.sdk_errors import JobUpdateError
 from trainhub.sdk_view import TrainHubJob
 from trainhub.settings import TrainhubSettings
@@ -87,7 +90,7 @@ def trainjob(name: str, runtime: str, **spec: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def client(tmp_path: Path) -> AsyncIterator[AsyncTrainHubClient]:
+async def system(tmp_path: Path) -> AsyncIterator[Embedded]:
     catalog = runtime_catalog()
     catalog.add(parse_runtime(sim_runtime("sim-long", "6s")))
     catalog.add(parse_runtime(sim_runtime("sim-short", "0.3s")))
@@ -98,9 +101,14 @@ async def client(tmp_path: Path) -> AsyncIterator[AsyncTrainHubClient]:
         heartbeat_interval=0.2,
         logs_dir=tmp_path,
     )
-    async with Embedded(options) as system:
-        async with AsyncTrainHubClient(settings=TrainhubSettings(), bus=system.bus) as sdk:
-            yield sdk
+    async with Embedded(options) as embedded:
+        yield embedded
+
+
+@pytest.fixture
+async def client(system: Embedded) -> AsyncIterator[AsyncTrainHubClient]:
+    async with AsyncTrainHubClient(settings=TrainhubSettings(), bus=system.bus) as sdk:
+        yield sdk
 
 
 def conditions(job: TrainHubJob) -> list[tuple[str, str, str | None, str | None]]:
@@ -187,11 +195,38 @@ async def test_a_trainjob_submitted_suspended_is_held_until_resumed(
 
 
 async def test_an_update_of_spec_suspend_suspends_and_resumes_a_running_trainjob(
-    client: AsyncTrainHubClient,
+    system: Embedded, client: AsyncTrainHubClient
 ) -> None:
     document = trainjob("upd", "sim-long")
     await client.create_job(document)
     await until(client, "upd", JobPhase.RUNNING)
+    override = {
+        "targetJobs": [{"name": "node"}],
+        "tolerations": [{"key": "x", "operator": "Exists"}],
+    }
+    # Suspending and changing podSpecOverrides in one update while its node pods are active:
+    # refused in upstream's words, by the active counts of the worker's last status.
+    suspend_and_change = copy.deepcopy(document)
+    suspend_and_change["spec"] |= {"suspend": True, "podSpecOverrides": [override]}
+    with pytest.raises(
+        JobUpdateError,
+        match="PodSpecOverrides cannot be modified when the JobSet's ReplicatedJob node is "
+        "still active",
+    ):
+        await client.update_job(suspend_and_change)
+    # Straight to the bus, past the SDK's check: the hub refuses it alike (dead letter).
+    bus = system.bus
+    assert isinstance(bus, MemoryBus)
+    submitted = (await client.get_job("upd")).spec
+    assert submitted is not None  # as the hub has it, with trainhub's manager filled in
+    suspend_and_change["spec"]["managedBy"] = submitted["spec"]["managedBy"]
+    await update_document(bus, system.topics, suspend_and_change)
+    for _ in range(100):
+        if bus.records(system.topics.dead_letters):
+            break
+        await asyncio.sleep(0.05)
+    reasons = [dead_letter_reason(r) or "" for r in bus.records(system.topics.dead_letters)]
+    assert len(reasons) == 1 and "ReplicatedJob node is still active" in reasons[0]
     changed = copy.deepcopy(document)
     changed["spec"]["suspend"] = True
     await client.update_job(changed)
@@ -206,10 +241,6 @@ async def test_an_update_of_spec_suspend_suspends_and_resumes_a_running_trainjob
         JobUpdateError, match=r"spec\.runtimeRef: Invalid value: runtimeRef is immutable"
     ):
         await client.update_job(other_runtime)
-    override = {
-        "targetJobs": [{"name": "node"}],
-        "tolerations": [{"key": "x", "operator": "Exists"}],
-    }
     changed["spec"]["podSpecOverrides"] = [override]
     changed["spec"]["trainer"]["numNodes"] = 1
     resumed_with_change = copy.deepcopy(changed)
