@@ -31,6 +31,7 @@ from schemas.trainer_runtimes import (
 from tests.kube.sandbox_access import job_objects, worker_backend
 from trainhub.producer import follow_status, submit_document
 from trainhub_sandbox.kube_cluster import KubeSandbox
+from workers.backends.kube import KubeBackend
 from workers.worker import Worker, WorkerConfig
 
 pytestmark = pytest.mark.kube
@@ -177,10 +178,20 @@ async def test_one_trainjob_per_shipped_runtime_succeeds_on_the_sandbox(
                 }
                 subdomain = services[name]["spec"]
                 assert subdomain["clusterIP"] == "None" and subdomain["publishNotReadyAddresses"]
-        # Deleted with its job, by label (the worker may not list Secrets).
+        # Deleted with its job, by label (the worker may not list Secrets); also by a sweep
+        # of a worker watching every namespace, which knows the job only by its objects.
         mpi = finals[uids["mpi-distributed"]]
-        await workers[mpi.cluster or ""].backend.delete_job(mpi.uid, "default")
-        assert await job_objects(kube_sandbox.clusters[mpi.cluster or ""], "secrets", mpi.uid) == []
+        member = kube_sandbox.clusters[mpi.cluster or ""]
+        everywhere = KubeBackend(
+            member.admin_kubeconfig, cluster=member.name, context=member.admin_context
+        )
+        await everywhere.start()
+        try:
+            await everywhere.delete_job(mpi.uid)  # no namespace, as adoption's sweep may
+        finally:
+            await everywhere.close()
+        assert await job_objects(member, "pods", mpi.uid) == []
+        assert await job_objects(member, "secrets", mpi.uid) == []
     finally:
         for worker in workers.values():
             for uid in uids.values():

@@ -5,16 +5,19 @@ an hf:// source that cannot be reached failing the job at once, naming the URI."
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from schemas.events import EventType
 from schemas.status import JobPhase
 from schemas.trainer_runtimes import parse_runtime, runtime_catalog
 from tests.served_files import closed_port_url, serve_files
 from trainhub.embedded import Embedded, EmbeddedOptions
+from trainhub.producer import request
 from trainhub.settings import TrainhubSettings
 from workers.cluster_spec import parse_cluster_spec
 
@@ -87,17 +90,26 @@ async def test_a_served_dataset_and_a_claims_model_reach_the_trainer(tmp_path: P
             )
             final = await system.wait_finished([uid], timeout=90)
             logs = await system.pod_logs(final[uid])
-    assert final[uid].phase == JobPhase.SUCCEEDED, (final[uid].message, logs)
+            assert final[uid].phase == JobPhase.SUCCEEDED, (final[uid].message, logs)
+            # The job's workspace, where the initializer volume is on local, holds what was
+            # fetched after the job ended...
+            workspace = tmp_path / "logs" / "solo" / "workspaces" / "default" / "fetched"
+            assert (workspace / "dataset" / "digits.csv").read_text() == "1,0\n0,1\n"
+            assert (workspace / "model" / "config.json").exists()
+            # ... and goes when the job is deleted; the claim it read stays.
+            await request(system.bus, system.topics, EventType.JOB_DELETED, uid)
+            for _ in range(100):
+                if not workspace.exists():
+                    break
+                await asyncio.sleep(0.05)
+            assert not workspace.exists()
+            assert (claim / "model.safetensors").exists()
     assert served.requests == [("/sets/digits.csv", None)]
     assert logs["fetched-node-0-0"].splitlines() == [
         "rows: 1,0|0,1",
         "model: ['config.json', 'model.safetensors']",
     ]
     assert "has been downloaded" in logs["fetched-dataset-initializer-0-0"]
-    # The job's workspace, where the initializer volume is on local, holds what was fetched.
-    workspace = tmp_path / "logs" / "solo" / "workspaces" / "default" / "fetched"
-    assert (workspace / "dataset" / "digits.csv").read_text() == "1,0\n0,1\n"
-    assert (workspace / "model" / "config.json").exists()
 
 
 async def test_local_paths_are_copied_into_the_workspace(tmp_path: Path) -> None:

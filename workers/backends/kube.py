@@ -543,14 +543,24 @@ class KubeBackend(Backend):
             owners = [owned_by_job_object(obj) for _, obj in targets]
             await self.job_objects.delete(job_uid, [ref for ref in owners if ref is not None])
         await asyncio.gather(*(delete(resource, obj) for resource, obj in targets))
-        await self._delete_secrets(job_uid, selector, namespace)
+        # A sweep does not know the namespace of a job it lost: its other objects say it.
+        found_in = {str((obj.get("metadata") or {}).get("namespace")) for _, obj in targets}
+        await self._delete_secrets(job_uid, selector, namespace, found_in)
         self._known.pop(job_uid, None)
         log.info("deleted %d objects", len(targets), extra=self._extra(job_uid))
 
-    async def _delete_secrets(self, job_uid: str, selector: str, namespace: str | None) -> None:
+    async def _delete_secrets(
+        self, job_uid: str, selector: str, namespace: str | None, found_in: set[str]
+    ) -> None:
         """The job's Secrets (a TrainJob's MPI SSH keys) by label, as one `deletecollection`
-        per namespace: the worker may create and delete Secrets, never read or list them."""
-        for where in [namespace] if namespace is not None else list(self.namespaces or []):
+        per namespace: the worker may create and delete Secrets, never read or list them. The
+        namespaces: the job's when known, else those its other objects were found in and the
+        worker's own."""
+        if namespace is not None:
+            namespaces = [namespace]
+        else:
+            namespaces = sorted(found_in | set(self.namespaces or []))
+        for where in namespaces:
             await self.api.call(
                 "deletecollection",
                 "secrets",

@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import logging
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Callable
@@ -332,10 +333,16 @@ class LocalBackend(Backend):
             await self._stop_process(pod)
 
     async def delete_job(self, job_uid: str, namespace: str | None = None) -> None:
-        for key in sorted(self._jobs.get(job_uid, ())):
+        keys = sorted(self._jobs.get(job_uid, ()))
+        # The job's workspace (its `initializer` volume) outlives its pods and goes with the
+        # job: one per job, kept for months, would fill the disk. Claims are never touched.
+        workspaces = {self.volumes.workspace(self._pods[key].plan) for key in keys}
+        for key in keys:
             namespace, name = key.split("/", 1)
             await self.delete_pod(job_uid, name, namespace)
             self.backoff.forget(key)
+        for workspace in workspaces:
+            await asyncio.to_thread(shutil.rmtree, workspace, ignore_errors=True)
 
     async def capacity(self) -> Capacity:
         return Capacity(self.pool.snapshots(), {p.job_uid for p in self._pods.values() if p.bound})

@@ -5,7 +5,8 @@ of the job's own Services become 127.0.0.1.
 
 - The volume upstream's runtimes share between a TrainJob's initializers and its nodes,
   `initializer` (whatever its source), is the job's workspace,
-  `<workspaces>/<namespace>/<job>`; it outlives the pods, as a claim would.
+  `<workspaces>/<namespace>/<job>`; it outlives the pods, as a claim would, and is removed
+  when the job is deleted (the backend's `delete_job`).
 - Any other PersistentVolumeClaim `C` is `<pvc dir>/C`, when the worker has one
   (`TRAINHUB_LOCAL_PVC_DIR`); else it stays unmapped, as before.
 
