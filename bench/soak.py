@@ -6,7 +6,8 @@ workers' CPU per job (from /proc, user + system) from the first submission to th
 settling pause after the last job ended (by default both retentions below and 5 s, so that
 each batch pays for its own finished jobs leaving; `_to_end`: up to the last job's end), and
 their RSS after that pause. Written to bench/results/soak.json with the ratio of the last
-batch's CPU per job to the first's.
+batch's CPU per job to the first's, steadier measures of the same trend, and how much each
+process's RSS grew over the second half of the batches (`trends`).
 
 The hub runs with `--finished-retention` (default here 30 s, not the hub's 24 h), so that
 its memory can level off within the run; the workers keep a finished run for their
@@ -27,6 +28,7 @@ import asyncio
 import json
 import os
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -211,11 +213,6 @@ async def run(
         finally:
             for process in processes:
                 process.terminate()
-    first, last_row = rows[0], rows[-1]
-
-    def ratio(key: str) -> float:
-        return round(float(last_row[key]) / max(float(first[key]), 1e-9), 3)
-
     return {
         "batches": batches,
         "jobs_per_batch": jobs,
@@ -226,11 +223,47 @@ async def run(
         "worker_heartbeat_overdue_after_s": overdue_after,
         "settle_s": settle,
         "rows": rows,
-        "last_to_first_hub_cpu_per_job": ratio("hub_cpu_ms_per_job"),
-        "last_to_first_worker_cpu_per_job": ratio("worker_cpu_ms_per_job"),
+        **trends(rows),
         "machine_cores": os.cpu_count(),
         "logs": str(logs),
     }
+
+
+def trends(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Whether a job's cost grows with the batches before it. `last_to_first_*`: the issue's
+    ratio of one batch to another, which a busy moment moves by ±15% on a 2-core machine;
+    hence also the median of the last three batches over the first three's, and the slope
+    of a least-squares line through every batch, as a fraction of the fitted first batch
+    per batch (0.01: each batch 1% dearer than the first)."""
+    found: dict[str, float] = {}
+    for who in ("hub", "worker"):
+        values = [float(row[f"{who}_cpu_ms_per_job"]) for row in rows]
+        key = f"{who}_cpu_per_job"
+        found[f"last_to_first_{key}"] = round(values[-1] / max(values[0], 1e-9), 3)
+        if len(values) >= 6:
+            ratio = statistics.median(values[-3:]) / max(statistics.median(values[:3]), 1e-9)
+            found[f"last3_to_first3_median_{key}"] = round(ratio, 3)
+        if len(values) >= 2:
+            slope, intercept = statistics.linear_regression(range(1, len(values) + 1), values)
+            found[f"fitted_growth_per_batch_{key}"] = round(
+                slope / max(intercept + slope, 1e-9), 4
+            )
+    # RSS levelling off: what each process grew by over the second half of the batches.
+    half = len(rows) // 2
+    if half:
+        found["hub_rss_mb_growth_second_half"] = round(
+            float(rows[-1]["hub_rss_mb"]) - float(rows[half - 1]["hub_rss_mb"]), 1
+        )
+        found["worker_rss_mb_growth_second_half_max"] = round(
+            max(
+                float(end) - float(mid)
+                for end, mid in zip(
+                    rows[-1]["worker_rss_mb"], rows[half - 1]["worker_rss_mb"], strict=True
+                )
+            ),
+            1,
+        )
+    return found
 
 
 def look_inside(folder: Path, variable: str) -> None:
