@@ -23,6 +23,7 @@ MODEL_INITIALIZER = "model-initializer"
 LAUNCHER = "launcher"
 NODE = "node"
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+_ANCESTOR_STEPS = frozenset({"trainer", DATASET_INITIALIZER, MODEL_INITIALIZER})
 
 
 class _Closed(BaseModel):
@@ -175,6 +176,18 @@ class ReplicatedJob(_Open):
     replicas: int | None = Field(default=None, strict=True, ge=0)
     dependsOn: list[dict[str, Any]] | None = None
     template: JobTemplateSpec
+
+    @model_validator(mode="after")
+    def _one_replica_where_upstream_needs_it(self) -> ReplicatedJob:
+        """Kubeflow Trainer v2.0.0's runtime webhooks: the launcher and the replicated jobs
+        labelled as a TrainJob's trainer or initializer steps (their Job template's
+        `trainjob-ancestor-step` label) run as one Job (`replicas` absent: JobSet's 1)."""
+        labels = (self.template.metadata or {}).get("labels") or {}
+        step = labels.get(ANCESTOR_LABEL) if isinstance(labels, dict) else None
+        needs_one = self.name == LAUNCHER or step in _ANCESTOR_STEPS
+        if needs_one and self.replicas is not None and self.replicas != 1:
+            raise ValueError(f"replicas: always must be 1 (got {self.replicas})")
+        return self
 
     def containers(self) -> list[Container]:
         spec = self.template.spec.template.spec

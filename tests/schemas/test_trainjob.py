@@ -158,6 +158,52 @@ def test_runtime_cel_rules(ml_policy: dict[str, Any], says: str) -> None:
     assert says in str(raised.value)
 
 
+def _replicated_job(name: str, replicas: int | None, step: str | None) -> dict[str, Any]:
+    job: dict[str, Any] = {
+        "name": name,
+        "template": {
+            "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "x"}]}}}
+        },
+    }
+    if replicas is not None:
+        job["replicas"] = replicas
+    if step is not None:
+        job["template"]["metadata"] = {
+            "labels": {"trainer.kubeflow.org/trainjob-ancestor-step": step}
+        }
+    return job
+
+
+@pytest.mark.parametrize(
+    ("name", "replicas", "step", "refused"),
+    [
+        ("launcher", 2, None, True),  # the launcher, labelled or not
+        ("node", 2, "trainer", True),  # a step a TrainJob's ancestors name
+        ("prep", 3, "dataset-initializer", True),
+        ("prep", 0, "model-initializer", True),
+        ("launcher", 1, None, False),
+        ("launcher", None, "trainer", False),  # absent: JobSet's default, 1
+        ("node", 4, None, False),  # unlabelled: not the webhook's concern
+        ("node", 2, "evaluator", False),  # not one of its ancestor steps
+    ],
+)
+def test_runtime_webhook_one_replica_for_launcher_and_ancestor_steps(
+    name: str, replicas: int | None, step: str | None, refused: bool
+) -> None:
+    """Kubeflow Trainer v2.0.0's (Cluster)TrainingRuntime webhooks: "always must be 1"."""
+    document = runtime({"torch": {}})
+    document["spec"]["template"]["spec"]["replicatedJobs"] = [_replicated_job(name, replicas, step)]
+    if not refused:
+        parse_runtime(document)
+        return
+    with pytest.raises(JobInvalid) as raised:
+        parse_runtime(document, "team.yaml")
+    assert str(raised.value) == (
+        "team.yaml: ClusterTrainingRuntime: spec.template.spec.replicatedJobs.0: replicas: "
+        f"always must be 1 (got {replicas})"
+    )
+
+
 def test_operators_runtimes_from_a_directory_namespaced_by_namespace() -> None:
     use_runtime_dirs([RUNTIMES])
     assert "TrainingRuntime team-a/torch-with-assets" in runtime_catalog().names()
