@@ -28,10 +28,11 @@ def upstream_runtime() -> dict[str, Any]:
     return document
 
 
-def trainjob(initializer: dict[str, Any], replicas: int | None = None) -> dict[str, Any]:
+def trainjob(initializer: dict[str, Any], parallelism: int | None = None) -> dict[str, Any]:
     runtime = upstream_runtime()
-    if replicas is not None:
-        runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["replicas"] = replicas
+    if parallelism is not None:  # the first replicated job's Job asks for more pods
+        job_spec = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+        job_spec |= {"parallelism": parallelism, "completions": parallelism}
     runtime_catalog().add(parse_runtime(runtime))
     return {
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
@@ -68,7 +69,10 @@ def test_hugging_face_initializers_render_as_upstream() -> None:
                 },
                 "model": {"storageUri": "hf://meta-llama/Llama-3.2-1B-Instruct"},
             },
-            replicas=3,  # upstream runs one pod of an initializer job whatever the runtime says
+            # Upstream runs one pod of an initializer job whatever its Job template says (its
+            # JobSet plugin sets parallelism and completions to 1; `replicas` other than 1 the
+            # runtime webhook refuses, tests/schemas/test_trainjob.py).
+            parallelism=3,
         )
     )
     dataset, model, node = render_job(job).pods
