@@ -71,9 +71,19 @@ def test_upstream_example_is_accepted_unchanged_with_upstreams_defaults() -> Non
     assert parse_job(stored).to_document() == stored
 
 
+SHIPPED = (
+    "mpi-distributed",
+    "plain-distributed",
+    "torch-distributed",
+    "torchtune-llama3.2-1b",
+    "torchtune-llama3.2-3b",
+)
+"""Upstream v2.0.0's torch, MPI and torchtune Llama 3.2 runtimes, and trainhub's plain one."""
+
+
 def test_shipped_runtimes_are_upstreams_and_a_plain_one() -> None:
     names = [r.metadata.name for r in shipped_runtimes()]
-    assert names == ["mpi-distributed", "plain-distributed", "torch-distributed"]
+    assert names == list(SHIPPED)
     assert all(r.kind == "ClusterTrainingRuntime" for r in shipped_runtimes())
 
 
@@ -82,7 +92,7 @@ def test_unknown_runtime_is_refused_naming_the_known_ones() -> None:
         parse_job(trainjob(runtimeRef={"name": "deepspeed-distributed"}))
     message = str(raised.value)
     assert "'deepspeed-distributed'" in message
-    assert "known runtimes: mpi-distributed, plain-distributed, torch-distributed" in message
+    assert f"known runtimes: {', '.join(SHIPPED)} (got" in message
 
 
 @pytest.mark.parametrize(
