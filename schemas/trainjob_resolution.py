@@ -10,6 +10,12 @@ from typing import Any, Literal
 
 from schemas.job_meta import ReplicaSpec
 from schemas.quantity import parse_quantity
+from schemas.torchtune import (
+    TorchTuneLaunch,
+    runs_torchtune,
+    torchtune_launch,
+    torchtune_problems,
+)
 from schemas.trainer import (
     ANCESTOR_LABEL,
     DATASET_INITIALIZER,
@@ -19,6 +25,7 @@ from schemas.trainer import (
     TORCH_PROC_WORDS,
     AnyRuntime,
     AssetInitializer,
+    ReplicatedJob,
     TrainJobSpec,
 )
 
@@ -50,6 +57,9 @@ class ResolvedTrainJob:
     """Per replicated job, the jobs it waits for and the status it waits for each to reach
     (JobSet's `dependsOn`: `Complete`, every pod succeeded; `Ready`, every pod running or
     succeeded) before its pods are created."""
+    torchtune: TorchTuneLaunch | None = None
+    """Torch, the TrainJob's command `tune run`: what the node's command gets (needs the
+    job's name, so the TrainJob adapter writes it)."""
 
 
 def _upsert(items: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -193,6 +203,11 @@ def resolve(
                     f"{reserved}"
                 )
         procs = _torch_procs(spec, ml.torch.numProcPerNode)
+        # Upstream checks a torchtune TrainJob only where it sets numProcPerNode (the
+        # plugin's Validate returns early otherwise), as the SDK's never do.
+        if trainer is not None and trainer.numProcPerNode is not None:
+            if runs_torchtune(trainer.command):
+                problems += torchtune_problems(spec.runtimeRef.name, trainer.numNodes)
     launcher_as_node = False
     ssh_path = "/root/.ssh"
     if policy == "mpi" and ml is not None and ml.mpi is not None:
@@ -228,6 +243,9 @@ def resolve(
             depends_on[replicated.name] = tuple(waits)
     if problems:
         return None
+    launch = None
+    if policy == "torch" and trainer is not None and runs_torchtune(trainer.command):
+        launch = torchtune_launch(spec.runtimeRef.name, nodes, procs, _trainer_command(jobs))
     specs: dict[str, ReplicaSpec] = {}
     for job in jobs:
         template = copy.deepcopy(
@@ -280,7 +298,20 @@ def resolve(
         run_launcher_as_node=launcher_as_node,
         ssh_auth_mount_path=ssh_path,
         depends_on=depends_on,
+        torchtune=launch,
     )
+
+
+def _trainer_command(jobs: list[ReplicatedJob]) -> list[str]:
+    """The runtime's own command of the trainer's `node` container (the torchtune runtimes
+    write their paths there)."""
+    for job in jobs:
+        if ((job.template.metadata or {}).get("labels") or {}).get(ANCESTOR_LABEL) != "trainer":
+            continue
+        for container in job.template.spec.template.spec.containers:
+            if container.name == NODE:
+                return list(container.command or [])
+    return []
 
 
 def _apply_override(pod: dict[str, Any], override: dict[str, Any]) -> None:

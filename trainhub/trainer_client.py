@@ -30,6 +30,7 @@ from trainhub.sdk_errors import LogsUnavailableError, TrainHubError
 from trainhub.sdk_functions import container_resources, function_command
 from trainhub.sdk_view import TrainHubJob
 from trainhub.settings import TrainhubSettings
+from trainhub.trainer_torchtune import builtin_trainer_spec
 from trainhub.trainer_types import (
     DATASET_INITIALIZER,
     DEFAULT_RUNTIME_NAME,
@@ -39,12 +40,14 @@ from trainhub.trainer_types import (
     MPI_HOSTFILE,
     NODE,
     TORCH_ENTRYPOINT,
+    TORCHTUNE_COMMAND,
     TRAINJOB_COMPLETE,
     TRAINJOB_CREATED,
     TRAINJOB_FAILED,
     TRAINJOB_RUNNING,
     TRAINJOB_STATUSES,
     UNKNOWN,
+    BuiltinTrainer,
     CustomTrainer,
     Framework,
     Initializer,
@@ -67,6 +70,10 @@ DEFAULT_TIMEOUT = 120.0
 """Seconds any one read or write through the bus may take (upstream's apiserver calls')."""
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 ACCELERATOR_LABEL = "trainer.kubeflow.org/accelerator"
+FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
+TORCHTUNE_IMAGE = "ghcr.io/kubeflow/trainer/torchtune-trainer"
+"""A runtime is torchtune's (a BuiltinTrainer's) by its trainer image, as the SDK's last
+revision in kubeflow/trainer tells it, or by the framework label v2.1.0's runtimes carry."""
 _DEVICES = (("nvidia.com/gpu", "gpu"), ("google.com/tpu", "tpu"), ("cpu", "cpu"))
 """Resource limit -> the device a step or runtime reports, first found wins."""
 _NO_PODS = frozenset({JobPhase.QUEUED, JobPhase.SUSPENDED, JobPhase.REJECTED, JobPhase.SKIPPED})
@@ -85,6 +92,13 @@ def _device(resources: dict[str, Any] | None) -> tuple[str, str] | None:
     return None
 
 
+def _image_name(image: str) -> str:
+    """The image without its tag or digest."""
+    name = image.split("@", 1)[0]
+    head, _, last = name.rpartition("/")
+    return f"{head}/{last.split(':', 1)[0]}" if head else last.split(":", 1)[0]
+
+
 def _number(text: str) -> int | float | None:
     try:
         value = float(text)
@@ -94,40 +108,53 @@ def _number(text: str) -> int | float | None:
 
 
 def runtime_view(runtime: AnyRuntime) -> Runtime:
-    """Upstream's `Runtime` of a (Cluster)TrainingRuntime: the framework its ML policy names,
-    the entrypoint a function runs under there, and its trainer nodes' accelerators."""
+    """Upstream's `Runtime` of a (Cluster)TrainingRuntime: the framework its ML policy names
+    (torchtune's, a BuiltinTrainer's, by its trainer image or framework label), the
+    entrypoint a function runs under there, and its trainer nodes' accelerators."""
     document = runtime.model_dump(mode="json", exclude_none=True)
     spec = document.get("spec") or {}
     policy = spec.get("mlPolicy") or {}
-    if "torch" in policy:
+    jobs = ((spec.get("template") or {}).get("spec") or {}).get("replicatedJobs") or []
+    labels = (document.get("metadata") or {}).get("labels") or {}
+    builtin = labels.get(FRAMEWORK_LABEL) == Framework.TORCHTUNE.value or any(
+        _image_name(str(c.get("image", ""))) == TORCHTUNE_IMAGE for c in _trainer_nodes(jobs)
+    )
+    trainer_type = TrainerType.BUILTIN_TRAINER if builtin else TrainerType.CUSTOM_TRAINER
+    if builtin:
+        framework, entrypoint = Framework.TORCHTUNE, list(TORCHTUNE_COMMAND)
+    elif "torch" in policy:
         framework, entrypoint = Framework.TORCH, [TORCH_ENTRYPOINT]
     elif "mpi" in policy:
         framework = Framework.MPI
         entrypoint = [MPI_ENTRYPOINT, "--hostfile", MPI_HOSTFILE, "bash", "-c"]
     else:
         framework, entrypoint = Framework.PLAIN, ["python", "-u"]
-    trainer = Trainer(
-        trainer_type=TrainerType.CUSTOM_TRAINER, framework=framework, entrypoint=entrypoint
-    )
-    jobs = ((spec.get("template") or {}).get("spec") or {}).get("replicatedJobs") or []
-    for job in jobs:
-        template = job.get("template") or {}
-        if ANCESTOR_LABEL not in ((template.get("metadata") or {}).get("labels") or {}):
-            continue
-        pod = ((template.get("spec") or {}).get("template") or {}).get("spec") or {}
-        for container in pod.get("containers") or []:
-            if container.get("name") == NODE and (found := _device(container.get("resources"))):
-                trainer.accelerator_count = _number(found[1]) or found[1]
+    trainer = Trainer(trainer_type=trainer_type, framework=framework, entrypoint=entrypoint)
+    for container in _trainer_nodes(jobs):
+        if found := _device(container.get("resources")):
+            trainer.accelerator_count = _number(found[1]) or found[1]
     processes = (policy.get("torch") or policy.get("mpi") or {}).get("numProcPerNode")
     if isinstance(processes, int) and not isinstance(processes, bool):
         trainer.accelerator_count = processes
     nodes = policy.get("numNodes")
     if isinstance(trainer.accelerator_count, int | float) and isinstance(nodes, int):
         trainer.accelerator_count *= nodes
-    labels = (document.get("metadata") or {}).get("labels") or {}
     if ACCELERATOR_LABEL in labels:
         trainer.accelerator = labels[ACCELERATOR_LABEL]
     return Runtime(name=runtime.metadata.name, trainer=trainer)
+
+
+def _trainer_nodes(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The `node` containers of the replicated jobs an ancestor label marks (upstream's
+    trainer container)."""
+    found = []
+    for job in jobs:
+        template = job.get("template") or {}
+        if ANCESTOR_LABEL not in ((template.get("metadata") or {}).get("labels") or {}):
+            continue
+        pod = ((template.get("spec") or {}).get("template") or {}).get("spec") or {}
+        found += [c for c in pod.get("containers") or [] if c.get("name") == NODE]
+    return found
 
 
 def trainjob_status(job: TrainHubJob) -> str:
@@ -203,6 +230,26 @@ def _set_device(step: Step, plan: PodPlan) -> None:
         if variable.get("name") == "PET_NPROC_PER_NODE" and isinstance(value, str):
             if value.isdigit():
                 step.device_count = value
+
+
+def _check_trainer(trainer: object, runtime: Runtime) -> None:
+    """A trainer upstream takes, on a runtime of its type: the type check, with its words, is
+    kubeflow/sdk's (the SDK's home after it left kubeflow/trainer; the client that added
+    `wait_for_job_status`), the revision before it had none."""
+    if trainer is None:
+        return
+    if not isinstance(trainer, CustomTrainer | BuiltinTrainer):
+        raise ValueError(
+            f"The trainer type {type(trainer)} is not supported. "
+            "Please use CustomTrainer or BuiltinTrainer."
+        )
+    wanted = (
+        TrainerType.CUSTOM_TRAINER
+        if isinstance(trainer, CustomTrainer)
+        else TrainerType.BUILTIN_TRAINER
+    )
+    if runtime.trainer.trainer_type != wanted:
+        raise ValueError(f"{type(trainer).__name__} can't be used with {runtime} runtime")
 
 
 async def _within(coro: Coroutine[Any, Any, _T], timeout: float) -> _T:
@@ -324,8 +371,9 @@ class TrainerClient:
 
     def list_runtimes(self) -> list[Runtime]:
         """The ClusterTrainingRuntimes trainhub knows: the shipped ones (torch-distributed,
-        mpi-distributed, plain-distributed), operators' files (`TRAINHUB_RUNTIMES`) and
-        those applied on the bus (`trainhub runtime apply`), by name."""
+        mpi-distributed, plain-distributed, torchtune-llama3.2-1b and -3b), operators' files
+        (`TRAINHUB_RUNTIMES`) and those applied on the bus (`trainhub runtime apply`), by
+        name."""
         catalog = self._runtimes(f"list {CLUSTER_RUNTIME_KIND}s")
         return [runtime_view(r) for r in catalog.runtimes() if r.kind == CLUSTER_RUNTIME_KIND]
 
@@ -348,26 +396,27 @@ class TrainerClient:
         self,
         runtime: Runtime | None = None,
         initializer: Initializer | None = None,
-        trainer: CustomTrainer | None = None,
+        trainer: CustomTrainer | BuiltinTrainer | None = None,
     ) -> str:
         """Create a TrainJob on `runtime` (torch-distributed by default) and return its
-        generated name. `trainer` runs a function on every node (under torchrun on a torch
-        runtime, mpirun on an MPI one); without it the runtime's own command runs.
+        generated name. A `CustomTrainer` runs a function on every node (under torchrun on a
+        torch runtime, mpirun on an MPI one); a `BuiltinTrainer` runs the torchtune runtime's
+        fine-tune with its `TorchTuneConfig` (`tune run` and the config as overrides); each
+        only on a runtime of its trainer type. Without one the runtime's own command runs.
         `initializer` fetches a dataset and a model (Hugging Face `hf://` URIs, or trainhub's
         local, PVC and HTTP ones) first, on a runtime that has those initializers."""
         if runtime is None:
             runtime = self.get_runtime(DEFAULT_RUNTIME_NAME)
         if not isinstance(runtime, Runtime):
             raise ValueError(f"runtime: a Runtime from list_runtimes() (got {runtime!r})")
-        if trainer is not None and not isinstance(trainer, CustomTrainer):
-            raise ValueError(
-                f"The trainer type {type(trainer)} is not supported. Please use CustomTrainer."
-            )
+        _check_trainer(trainer, runtime)
         if initializer is not None and not isinstance(initializer, Initializer):
             raise ValueError(f"initializer: an Initializer (got {initializer!r})")
         name = _trainjob_name()
         spec: dict[str, Any] = {"runtimeRef": {"name": runtime.name}}
-        if trainer is not None:
+        if isinstance(trainer, BuiltinTrainer):
+            spec["trainer"] = builtin_trainer_spec(trainer, initializer)
+        elif trainer is not None:
             spec["trainer"] = self._trainer_spec(trainer, runtime)
         if initializer is not None and (initializer.dataset or initializer.model):
             spec["initializer"] = {

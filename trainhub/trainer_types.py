@@ -1,6 +1,7 @@
 """The objects of Kubeflow Trainer v2's Python SDK (`kubeflow.trainer` types: runtimes, trainers,
 initializers, TrainJobs and their steps) as `TrainerClient` takes and returns them, with
-upstream's names, fields and defaults."""
+upstream's names, fields and defaults (the SDK's last revision in kubeflow/trainer, the parent
+of a4a337610 "Remove SDK", June 2025: sdk/kubeflow/trainer/types/types.py)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ TRAINJOB_STATUSES = frozenset(
 TORCH_ENTRYPOINT = "torchrun"
 MPI_ENTRYPOINT = "mpirun"
 MPI_HOSTFILE = "/etc/mpi/hostfile"
+TORCHTUNE_COMMAND = ("tune", "run")
+"""Upstream's DEFAULT_TORCHTUNE_COMMAND: a BuiltinTrainer's TrainJob command."""
 
 
 @dataclass
@@ -45,6 +48,68 @@ class CustomTrainer:
     pip_index_url: str = DEFAULT_PIP_INDEX_URL
     num_nodes: int | None = None
     resources_per_node: dict[str, Any] | None = None
+
+
+class Loss(Enum):
+    """The loss a TorchTune fine-tune minimises (upstream has this one only)."""
+
+    CEWithChunkedOutputLoss = "torchtune.modules.loss.CEWithChunkedOutputLoss"
+
+
+class DataType(Enum):
+    """The data type of the model's and optimizer's parameters."""
+
+    BF16 = "bf16"
+    FP32 = "fp32"
+
+
+class DataFormat(Enum):
+    """The format of the dataset's files (Hugging Face `load_dataset`'s builders)."""
+
+    JSON = "json"
+    CSV = "csv"
+    PARQUET = "parquet"
+    ARROW = "arrow"
+    TEXT = "text"
+    XML = "xml"
+
+
+@dataclass
+class TorchTuneInstructDataset:
+    """A dataset of instructions and answers (torchtune's `instruct_dataset`): its files'
+    `source` format, the `split` to read (`train[:10%]`), whether the prompt is trained on
+    too (`train_on_input`), a system prompt put first (`new_system_prompt`), and the columns
+    that hold the `input` and `output` (`column_map`: `{"input": "question", ...}`)."""
+
+    source: DataFormat | None = None
+    split: str | None = None
+    train_on_input: bool | None = None
+    new_system_prompt: str | None = None
+    column_map: dict[str, str] | None = None
+
+
+@dataclass
+class TorchTuneConfig:
+    """The settings a torchtune runtime's recipe is run with, each left to the recipe's
+    config where None: `dtype`, `batch_size`, `epochs`, `loss`, the dataset's preprocessing
+    (`dataset_preprocess_config`), and the TrainJob's `num_nodes` and `resources_per_node`
+    (`{"gpu": 1}`: requests and limits)."""
+
+    dtype: DataType | None = None
+    batch_size: int | None = None
+    epochs: int | None = None
+    loss: Loss | None = None
+    num_nodes: int | None = None
+    dataset_preprocess_config: TorchTuneInstructDataset | None = None
+    resources_per_node: dict[str, Any] | None = None
+
+
+@dataclass
+class BuiltinTrainer:
+    """A trainer the runtime's image already holds (torchtune's fine-tune recipes), run with
+    `config`: only for a runtime whose trainer type is BUILTIN_TRAINER."""
+
+    config: TorchTuneConfig
 
 
 class TrainerType(Enum):

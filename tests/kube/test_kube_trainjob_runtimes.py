@@ -1,8 +1,8 @@
 """One TrainJob per shipped training runtime (torch-distributed, mpi-distributed,
-plain-distributed) through the whole flow on the sandbox's real clusters: hub → `kube`
-workers → pods bound by kube-scheduler and run by kwok → Succeeded, with the objects upstream's
-runtime would make (torch's `PET_*` env and JobSet's subdomain Service, MPI's hostfile
-ConfigMap and SSH keys' Secret).
+plain-distributed; not the torchtune ones, see NOT_ON_SANDBOX) through the whole flow on the
+sandbox's real clusters: hub → `kube` workers → pods bound by kube-scheduler and run by kwok
+→ Succeeded, with the objects upstream's runtime would make (torch's `PET_*` env and JobSet's
+subdomain Service, MPI's hostfile ConfigMap and SSH keys' Secret).
 
 kwok runs no containers: each shipped runtime is loaded as shipped, with its pod templates
 annotated `trainhub.io/sim-duration` so that kwok ends their workload."""
@@ -37,6 +37,14 @@ from workers.worker import Worker, WorkerConfig
 pytestmark = pytest.mark.kube
 
 SHIPPED = ("mpi-distributed", "plain-distributed", "torch-distributed")
+NOT_ON_SANDBOX = ("torchtune-llama3.2-1b", "torchtune-llama3.2-3b")
+"""Shipped, not run here: upstream's torchtune runtimes mount a PersistentVolumeClaim named
+after the runtime in every pod, which upstream leaves to the user to create
+(kubeflow/trainer#2630) and the sandbox has not, so kube-scheduler would leave their pods
+Pending; their initializers fetch hf:// and their node asks for two GPUs. Their pods' objects
+on an apiserver are test_kube_trainjob_initializers.py's; their TrainJob (a BuiltinTrainer's)
+runs on `sim` in tests/sdk/test_trainer_builtin.py and renders in
+tests/workers/test_frameworks_trainjob.py."""
 
 
 def _simulated(runtime: dict[str, Any], duration: str) -> dict[str, Any]:
@@ -117,7 +125,7 @@ async def test_one_trainjob_per_shipped_runtime_succeeds_on_the_sandbox(
     system: tuple[MemoryBus, Topics, dict[str, Worker]], kube_sandbox: KubeSandbox
 ) -> None:
     bus, topics, workers = system
-    assert {r.metadata.name for r in shipped_runtimes()} == set(SHIPPED)
+    assert {r.metadata.name for r in shipped_runtimes()} == set(SHIPPED) | set(NOT_ON_SANDBOX)
     uids = {runtime: await submit_document(bus, topics, _trainjob(runtime)) for runtime in SHIPPED}
     finals: dict[str, JobStatusUpdate] = {}
     try:

@@ -71,9 +71,21 @@ def test_upstream_example_is_accepted_unchanged_with_upstreams_defaults() -> Non
     assert parse_job(stored).to_document() == stored
 
 
+SHIPPED = (
+    "mpi-distributed",
+    "plain-distributed",
+    "torch-distributed",
+    "torchtune-llama3.2-1b",
+    "torchtune-llama3.2-3b",
+)
+"""Upstream v2.0.0's torch, MPI and torchtune Llama 3.2 runtimes, and trainhub's plain one."""
+TORCHTUNE = {"command": ["tune", "run"], "numProcPerNode": "auto"}
+"""A torchtune trainer that sets numProcPerNode: upstream's webhook checks only such."""
+
+
 def test_shipped_runtimes_are_upstreams_and_a_plain_one() -> None:
     names = [r.metadata.name for r in shipped_runtimes()]
-    assert names == ["mpi-distributed", "plain-distributed", "torch-distributed"]
+    assert names == list(SHIPPED)
     assert all(r.kind == "ClusterTrainingRuntime" for r in shipped_runtimes())
 
 
@@ -82,7 +94,7 @@ def test_unknown_runtime_is_refused_naming_the_known_ones() -> None:
         parse_job(trainjob(runtimeRef={"name": "deepspeed-distributed"}))
     message = str(raised.value)
     assert "'deepspeed-distributed'" in message
-    assert "known runtimes: mpi-distributed, plain-distributed, torch-distributed" in message
+    assert f"known runtimes: {', '.join(SHIPPED)} (got" in message
 
 
 @pytest.mark.parametrize(
@@ -115,12 +127,36 @@ def test_unknown_runtime_is_refused_naming_the_known_ones() -> None:
             "must not have envs for the dataset-initializer, model-initializer, node",
         ),
         ({"unknownField": 1}, "unknownField"),
+        # Upstream's Torch plugin on torchtune (v2.0.0's model list has no llama3_2/3B).
+        (
+            {"runtimeRef": {"name": "torchtune-llama3.2-3b"}, "trainer": TORCHTUNE},
+            "spec.runtimeRef.name: must have a supported pretrained model, invalid model "
+            "configured: llama3_2/3B (got 'torchtune-llama3.2-3b')",
+        ),
+        (
+            {
+                "runtimeRef": {"name": "torchtune-llama3.2-1b"},
+                "trainer": TORCHTUNE | {"numNodes": 2},
+            },
+            "spec.trainer.numNodes: must be 1 for llama3_2/1B model (got 2)",
+        ),
     ],
 )
 def test_upstreams_validation(spec: dict[str, Any], says: str) -> None:
     with pytest.raises(JobInvalid) as raised:
         parse_job(trainjob(**spec))
     assert says in str(raised.value)
+
+
+def test_torchtune_trainjobs_without_numprocpernode_are_not_checked_as_upstream() -> None:
+    # The SDK's BuiltinTrainer sets no numProcPerNode: the Torch plugin's Validate returns
+    # before its torchtune rules, so the 3B runtime takes it.
+    trainer = {"command": ["tune", "run"], "args": ["epochs=1"]}
+    job = parse_job(trainjob(runtimeRef={"name": "torchtune-llama3.2-3b"}, trainer=trainer))
+    assert isinstance(job, TrainJob)
+    launch = job.resolved.torchtune
+    assert launch is not None
+    assert (launch.recipe, launch.config) == ("full_finetune_distributed", "llama3_2/3B_full")
 
 
 def test_mpi_takes_an_integer_number_of_processes() -> None:

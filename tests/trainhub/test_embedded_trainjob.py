@@ -45,6 +45,8 @@ async def test_trainjob_runs_to_succeeded_on_the_cluster_its_nodes_fit() -> None
     status = final[uid].status
     assert status is not None and status.replicaStatuses["node"].succeeded == 2
     assert final[unknown].phase == JobPhase.REJECTED
-    assert "known runtimes: mpi-distributed, plain-distributed, torch-distributed" in (
-        final[unknown].message or ""
+    known = (
+        "known runtimes: mpi-distributed, plain-distributed, torch-distributed, "
+        "torchtune-llama3.2-1b, torchtune-llama3.2-3b (got"
     )
+    assert known in (final[unknown].message or "")

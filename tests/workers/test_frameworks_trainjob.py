@@ -3,7 +3,9 @@ documentation (kubeflow/trainer v2.0.0: the runtime plugins' docs and constants)
 PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK (the Job completion index), PET_MASTER_ADDR
 (node 0 of the node job) and PET_MASTER_PORT 29500 on the trainer's `node` container; MPI
 writes `<host> slots=<numProcPerNode>` per node into `<job>-mpi-hostfile`, mounted at
-/etc/mpi on the launcher, with the OpenMPI variables."""
+/etc/mpi on the launcher, with the OpenMPI variables; a torchtune TrainJob (`command: [tune,
+run]`) gets torch's variables but for the master's, its command the recipe and config the
+node and process counts choose (the Torch plugin's torchtune part and its tests, v2.0.0)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from schemas.trainer_runtimes import (
     parse_runtime,
     reset_runtime_catalog,
     runtime_catalog,
+    shipped_runtimes,
     use_runtime_dirs,
 )
 from schemas.trainjob import TrainJob
@@ -169,6 +172,163 @@ def test_plain_distributed() -> None:
     adapter = TrainJobAdapter()
     assert not adapter.succeeded(job, {"node": ReplicaCounts(expected=2, succeeded=1)})
     assert adapter.succeeded(job, {"node": ReplicaCounts(expected=2, succeeded=2)})
+
+
+TORCHTUNE_ARGS = [
+    "dtype=bf16",
+    "batch_size=32",
+    "epochs=10",
+    "loss=torchtune.modules.loss.CEWithChunkedOutputLoss",
+]
+RUNTIME_PATHS = [
+    "output_dir=/workspace/output",
+    "tokenizer.path=/workspace/model/original/tokenizer.model",
+    "checkpointer.checkpoint_dir=/workspace/model",
+]
+"""The torchtune runtimes' immutable items, kept from their command."""
+GPU = {"nvidia.com/gpu": 1}
+
+
+@pytest.mark.parametrize("size", ["1B", "3B"])
+def test_torchtune_llama3_2_fine_tunes_on_its_devices_after_the_initializers(size: str) -> None:
+    runtime = f"torchtune-llama3.2-{size.lower()}"
+    job = parse_job(
+        trainjob(
+            runtime,
+            initializer={"dataset": {"storageUri": "hf://tatsu-lab/alpaca/data"}},
+            trainer={
+                "command": ["tune", "run"],
+                "args": TORCHTUNE_ARGS,
+                # As the SDK writes it: requests and limits (upstream's plugin counts one
+                # process where the requests are missing).
+                "resourcesPerNode": {"requests": GPU, "limits": GPU},
+            },
+        )
+    )
+    rendered = render_job(job)
+    assert [p.name for p in rendered.pods] == [
+        "tj-dataset-initializer-0-0",
+        "tj-model-initializer-0-0",
+        "tj-node-0-0",
+    ]
+    dataset, model, node = rendered.pods
+    assert env(dataset, "dataset-initializer")["STORAGE_URI"] == "hf://tatsu-lab/alpaca/data"
+    model_uri = f"hf://meta-llama/Llama-3.2-{size}-Instruct"  # the runtime's own
+    assert env(model, "model-initializer")["STORAGE_URI"] == model_uri
+    adapter = TrainJobAdapter()
+    assert adapter.depends_on(job, "model-initializer") == (("dataset-initializer", "Complete"),)
+    assert adapter.depends_on(job, "node") == (("model-initializer", "Complete"),)
+    # `auto` with a GPU: the processes are torchrun's to count; no master for torchtune.
+    assert env(node) == {
+        "JOB_COMPLETION_INDEX": "0",
+        "PET_NNODES": "1",
+        "PET_NPROC_PER_NODE": "auto",
+        "PET_NODE_RANK": "0",
+    }
+    container = node.spec.containers[0]
+    assert container.image == "ghcr.io/kubeflow/trainer/torchtune-trainer"
+    assert container.command == [
+        "tune",
+        "run",
+        "--rdzv_endpoint=tj-node-0-0.tj:29500",
+        "full_finetune_distributed",
+        "--config",
+        f"llama3_2/{size}_full",
+        *RUNTIME_PATHS,
+    ]
+    assert container.args == TORCHTUNE_ARGS
+    assert container.resources is not None
+    assert container.resources.model_dump(mode="json", exclude_none=True) == {
+        "requests": {"nvidia.com/gpu": "1"},
+        "limits": {"nvidia.com/gpu": "1"},
+    }
+    # Every job mounts the runtime's claim, named after it, at /workspace.
+    for pod in rendered.pods:
+        volumes = (pod.spec.model_extra or {})["volumes"]
+        assert {"name": "initializer", "persistentVolumeClaim": {"claimName": runtime}} in volumes
+
+
+@pytest.mark.parametrize(
+    "trainer",
+    [
+        {"numProcPerNode": 1},
+        # `auto` on CPUs only: one CPU, one process (then torchtune's single-device recipe).
+        {"resourcesPerNode": {"limits": {"cpu": "1", "memory": "8Gi"}}},
+    ],
+)
+def test_torchtune_on_one_process_is_the_single_device_recipe(trainer: dict[str, Any]) -> None:
+    job = parse_job(
+        trainjob("torchtune-llama3.2-1b", trainer={"command": ["tune", "run"], **trainer})
+    )
+    node = render_job(job).pods[-1]
+    assert env(node)["PET_NPROC_PER_NODE"] == "1"
+    assert node.spec.containers[0].command == [
+        "tune",
+        "run",
+        "full_finetune_single_device",
+        "--config",
+        "llama3_2/1B_full_single_device",
+        *RUNTIME_PATHS,
+    ]
+
+
+def test_torchtune_on_several_nodes_is_the_multinode_config() -> None:
+    """Upstream's case for Llama 3.3 70B, the one model its webhook lets run on more nodes:
+    an operator's runtime shaped as the shipped ones, named for it."""
+    shipped = runtime_catalog().find(RuntimeRef(name="torchtune-llama3.2-1b"), "default")
+    assert shipped is not None
+    document = shipped.model_dump(mode="json", exclude_none=True)
+    document["metadata"]["name"] = "torchtune-llama3.3-70b"
+    runtime_catalog().add(parse_runtime(document))
+    trainer = {"command": ["tune", "run"], "numNodes": 2, "numProcPerNode": 8}
+    job = parse_job(trainjob("torchtune-llama3.3-70b", trainer=trainer))
+    nodes = [p for p in render_job(job).pods if p.replica_type == "node"]
+    assert [p.name for p in nodes] == ["tj-node-0-0", "tj-node-0-1"]
+    for rank, pod in enumerate(nodes):
+        assert env(pod) == {
+            "JOB_COMPLETION_INDEX": str(rank),
+            "PET_NNODES": "2",
+            "PET_NPROC_PER_NODE": "8",
+            "PET_NODE_RANK": str(rank),
+        }
+        assert pod.spec.containers[0].command == [
+            "tune",
+            "run",
+            "--rdzv_endpoint=tj-node-0-0.tj:29500",
+            "full_finetune_distributed",
+            "--config",
+            "llama3_3/70B_full_multinode",
+            *RUNTIME_PATHS,
+        ]
+
+
+def test_a_torchtune_runtime_without_tune_run_runs_its_own_command_as_torch() -> None:
+    """Only a TrainJob whose command is `tune run` is torchtune's to the Torch plugin."""
+    job = parse_job(
+        trainjob("torchtune-llama3.2-1b", trainer={"env": [{"name": "A", "value": "1"}]})
+    )
+    node = render_job(job).pods[-1]
+    runtime = runtime_catalog().find(RuntimeRef(name="torchtune-llama3.2-1b"), "default")
+    assert runtime is not None
+    (own,) = [
+        c
+        for j in runtime.spec.template.spec.replicatedJobs
+        for c in j.containers()
+        if c.name == "node"
+    ]
+    assert node.spec.containers[0].command == own.command
+    assert env(node)["PET_MASTER_ADDR"] == "tj-node-0-0.tj" and env(node)["A"] == "1"
+
+
+def test_every_shipped_runtime_is_rendered_here() -> None:
+    rendered_above = {
+        "torch-distributed",
+        "mpi-distributed",
+        "plain-distributed",
+        "torchtune-llama3.2-1b",
+        "torchtune-llama3.2-3b",
+    }
+    assert {r.metadata.name for r in shipped_runtimes()} == rendered_above
 
 
 def test_initializers_come_first_and_overrides_apply() -> None:

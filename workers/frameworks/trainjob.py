@@ -1,6 +1,8 @@
 """TrainJob (Kubeflow Trainer v2): the replicated jobs its runtime resolved to, with what
-upstream's runtime plugins add: torchrun's `PET_*` variables (Torch), the OpenMPI hostfile
-and variables (MPI), and each Indexed Job pod's JOB_COMPLETION_INDEX (every plugin)."""
+upstream's runtime plugins add: torchrun's `PET_*` variables (Torch; for torchtune's `tune
+run`, the rendezvous, recipe and config in its command instead of the master's address), the
+OpenMPI hostfile and variables (MPI), and each Indexed Job pod's JOB_COMPLETION_INDEX (every
+plugin)."""
 
 from __future__ import annotations
 
@@ -105,6 +107,13 @@ def _with_mount(container: Container, mount: dict[str, Any]) -> Container:
     return container.model_copy(update={"volumeMounts": [*mounts, mount]})
 
 
+def _with_node_command(spec: PodSpec, command: list[str]) -> PodSpec:
+    containers = [
+        c.model_copy(update={"command": command}) if c.name == NODE else c for c in spec.containers
+    ]
+    return spec.model_copy(update={"containers": containers})
+
+
 class TrainJobAdapter(FrameworkAdapter):
     schema = TrainJob
     default_restart_policy = "OnFailure"
@@ -127,16 +136,19 @@ class TrainJobAdapter(FrameworkAdapter):
         resolved = _trainjob(job).resolved
         env = {"JOB_COMPLETION_INDEX": str(index)}
         if resolved.policy == "torch" and rtype == NODE:
-            master = self.pod_name(job, NODE, 0)
-            # Upstream's Torch plugin: node 0's JobSet DNS hostname, `<job>-node-0-0.<job>`
-            # (rendering maps it to the address a network without that DNS reaches it on).
             env |= {
                 "PET_NNODES": str(resolved.num_nodes),
                 "PET_NPROC_PER_NODE": resolved.proc_per_node,
                 "PET_NODE_RANK": str(index),
-                "PET_MASTER_ADDR": f"{master}.{self.subdomain(job)}",
-                "PET_MASTER_PORT": str(net.port(master, self.default_port)),
             }
+            if resolved.torchtune is None:  # torchtune's endpoint is in its command instead
+                master = self.pod_name(job, NODE, 0)
+                # Upstream's Torch plugin: node 0's JobSet DNS hostname, `<job>-node-0-0.<job>`
+                # (rendering maps it to the address a network without that DNS reaches it on).
+                env |= {
+                    "PET_MASTER_ADDR": f"{master}.{self.subdomain(job)}",
+                    "PET_MASTER_PORT": str(net.port(master, self.default_port)),
+                }
         if resolved.policy == "mpi" and rtype == LAUNCHER:
             env |= {
                 "OMPI_MCA_orte_default_hostfile": f"{HOSTFILE_DIR}/{HOSTFILE_NAME}",
@@ -216,7 +228,9 @@ class TrainJobAdapter(FrameworkAdapter):
 
     def decorate_pod(self, job: AnyJob, rtype: str, index: int, spec: PodSpec) -> PodSpec:
         """Every pod: its name as hostname, the job's subdomain (an Indexed Job's pod under
-        JobSet). An initializer fetching `pvc://`: the claim mounted (`_pvc_source`). MPI,
+        JobSet). An initializer fetching `pvc://`: the claim mounted (`_pvc_source`). A
+        torchtune TrainJob's nodes: the Torch plugin's `tune run` command (`TorchTuneLaunch`,
+        its rendezvous at node 0's JobSet DNS name, as for PET_MASTER_ADDR). MPI,
         as upstream's plugin: the SSH keys' Secret on the launcher's and nodes' pods, mounted
         at `sshAuthMountPath` in their `node` containers; the hostfile at /etc/mpi in the
         launcher's."""
@@ -226,6 +240,9 @@ class TrainJobAdapter(FrameworkAdapter):
         if rtype in (DATASET_INITIALIZER, MODEL_INITIALIZER):
             spec = _pvc_source(spec, rtype)
         resolved = _trainjob(job).resolved
+        if resolved.torchtune is not None and rtype == NODE:
+            command = resolved.torchtune.command(job.metadata.name, self.default_port)
+            spec = _with_node_command(spec, command)
         if resolved.policy != "mpi" or rtype not in (LAUNCHER, NODE):
             return spec
         volumes: list[dict[str, Any]] = [
