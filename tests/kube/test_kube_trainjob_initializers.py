@@ -20,9 +20,7 @@ from workers.rendering import render_job
 
 pytestmark = pytest.mark.kube
 
-UPSTREAM_RUNTIME = (
-    Path(__file__).parents[1] / "data" / "initializers" / "torchtune_llama3_2_1b.yaml"
-)
+UPSTREAM_RUNTIME = Path(__file__).parents[2] / "schemas" / "runtimes" / "torchtune_llama3_2_1b.yaml"
 SHARED = {"name": "initializer", "persistentVolumeClaim": {"claimName": "torchtune-llama3.2-1b"}}
 
 

@@ -22,7 +22,7 @@ from trainhub.settings import TrainhubSettings
 from workers.cluster_spec import parse_cluster_spec
 
 ROOT = Path(__file__).resolve().parents[2]
-UPSTREAM_RUNTIME = ROOT / "tests" / "data" / "initializers" / "torchtune_llama3_2_1b.yaml"
+UPSTREAM_RUNTIME = ROOT / "schemas" / "runtimes" / "torchtune_llama3_2_1b.yaml"
 READ = (
     "import pathlib, sys\n"
     "data, model = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2].split('=', 1)[1])\n"

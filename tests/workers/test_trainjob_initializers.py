@@ -15,9 +15,7 @@ from schemas.job_parsing import parse_job
 from schemas.trainer_runtimes import parse_runtime, runtime_catalog
 from workers.rendering import PodPlan, render_job
 
-UPSTREAM_RUNTIME = (
-    Path(__file__).parents[1] / "data" / "initializers" / "torchtune_llama3_2_1b.yaml"
-)
+UPSTREAM_RUNTIME = Path(__file__).parents[2] / "schemas" / "runtimes" / "torchtune_llama3_2_1b.yaml"
 CLAIM = "torchtune-llama3.2-1b"
 SHARED = {"name": "initializer", "persistentVolumeClaim": {"claimName": CLAIM}}
 AT_WORKSPACE = {"name": "initializer", "mountPath": "/workspace"}
