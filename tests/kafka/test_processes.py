@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from bus.topics import Topics
 from schemas.codec import decode_event
 from schemas.events import EventType, JobStatusUpdate
 from schemas.status import JobPhase
+from tests.cli import run_trainhub
 from tests.helpers import jax_job
 from tests.kafka.processes import Process, sim_worker
 
@@ -29,13 +29,7 @@ pytestmark = pytest.mark.kafka
 
 
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "trainhub", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return run_trainhub(*args, timeout=timeout)
 
 
 async def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,6 +22,7 @@ from bus.topics import Topics
 from schemas.codec import decode_event
 from schemas.events import EventType, JobAssigned, JobStatusUpdate
 from schemas.status import JobPhase
+from tests.cli import run_trainhub
 from tests.kafka.processes import Process, sim_worker
 from tests.kafka.status_topic import final_phases
 
@@ -58,13 +58,7 @@ def trainjob(name: str) -> dict[str, Any]:
 
 
 def trainhub(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "trainhub", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_trainhub(*args)
 
 
 _Data = TypeVar("_Data", bound=BaseModel)

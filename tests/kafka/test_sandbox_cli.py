@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import yaml
 from bus.kafka import KafkaBus
 from bus.kafka_settings import KafkaSettings
 from bus.topics import Topics
+from tests.cli import run_trainhub
 from tests.helpers import jax_job
 from tests.kafka.processes import Process
 from tests.kafka.status_topic import stop_all
@@ -32,14 +32,7 @@ def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 def _trainhub(
     *args: str, env: dict[str, str], timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "trainhub", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        env=env,
-    )
+    return run_trainhub(*args, env=env, timeout=timeout)
 
 
 def _alive(pid: int) -> bool:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import yaml
 
 from bus.kafka_settings import KafkaSettings
 from bus.topics import Topics
+from tests.cli import run_trainhub
 from tests.helpers import jax_job
 from tests.kafka.processes import Process, sim_worker
 
@@ -28,14 +28,7 @@ def _stock(name: str) -> dict[str, Any]:
 
 
 def _submit(stdin: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "trainhub", "submit", "-", "--watch", "--no-live", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_trainhub("submit", "-", "--watch", "--no-live", *args, stdin=stdin)
 
 
 async def test_stock_documents_from_stdin_run_unless_the_default_is_off(

@@ -15,6 +15,7 @@ import yaml
 
 from schemas.job_parsing import parse_job
 from schemas.run_policy import TRAINHUB_MANAGER
+from tests.cli import run_trainhub
 from trainhub.sdk_functions import function_command, function_script, job_from_function
 
 
@@ -98,12 +99,7 @@ def test_distributed_function_job_renders_master_workers_and_torchrun(tmp_path: 
         ) in script
     path = tmp_path / "dist.yaml"
     path.write_text(yaml.safe_dump(document))
-    rendered = subprocess.run(
-        [sys.executable, "-m", "trainhub", "render", str(path), "-o", "json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    rendered = run_trainhub("render", str(path), "-o", "json", timeout=60)
     assert rendered.returncode == 0, rendered.stderr
     pods = {o["metadata"]["name"]: o for o in json.loads(rendered.stdout) if o["kind"] == "Pod"}
     assert sorted(pods) == ["dist-master-0", "dist-worker-0", "dist-worker-1"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -20,6 +19,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from typer.testing import CliRunner, Result
 
 from schemas.status import JobPhase
+from tests.cli import run_trainhub
 from tests.kafka.processes import Process
 from tests.kafka_target import KafkaTarget
 from trainhub import (
@@ -55,13 +55,7 @@ class Deployment:
 
     def process(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         """The command as a user runs it."""
-        return subprocess.run(
-            [sys.executable, "-m", "trainhub", *args, *self.flags],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        return run_trainhub(*args, *self.flags, timeout=timeout)
 
     def logs(self) -> str:
         return self.hub.log()[-3000:] + self.worker.log()[-3000:]

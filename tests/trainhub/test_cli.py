@@ -4,24 +4,18 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import yaml
 
+from tests.cli import run_trainhub
 from tests.helpers import jax_job
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "kubeflow"
 
 
 def trainhub(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "trainhub", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return run_trainhub(*args, timeout=timeout)
 
 
 def test_render_writes_documents_only() -> None:
@@ -309,13 +303,8 @@ def test_up_runs_a_stock_kubeflow_document_and_names_each_job_that_did_not_succe
 def test_submit_reads_stdin_and_names_it_in_problems() -> None:
     broken = jax_job("broken", workers=1)
     broken["spec"]["jaxReplicaSpecs"]["Worker"]["replicas"] = "two"
-    result = subprocess.run(
-        [sys.executable, "-m", "trainhub", "submit", "-", "--bootstrap", "127.0.0.1:1"],
-        input=yaml.safe_dump(broken),
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
+    result = run_trainhub(
+        "submit", "-", "--bootstrap", "127.0.0.1:1", stdin=yaml.safe_dump(broken), timeout=30
     )
     assert result.returncode == 1, result.stdout + result.stderr
     assert "<stdin> (JAXJob default/broken):" in result.stderr, result.stderr

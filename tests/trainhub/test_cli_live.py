@@ -24,6 +24,7 @@ from bus.memory import MemoryBus
 from bus.topics import Topics
 from schemas.events import ClusterRetired, EventType, JobStatusUpdate, make_event
 from schemas.status import JobPhase
+from tests.cli import run_trainhub
 from tests.helpers import cluster, jax_job, node, publish_passed_on
 from trainhub.cli_live import LiveState, follow_heartbeats, render_live
 from trainhub.embedded import Embedded, EmbeddedOptions
@@ -216,13 +217,8 @@ def plain(output: str) -> str:
 def test_piped_up_keeps_one_line_per_status_change(tmp_path: Path) -> None:
     good, bad = _files(tmp_path)
     for files, code in (([good], 0), ([good, bad], 1)):
-        result = subprocess.run(
-            [sys.executable, "-m", "trainhub", "up", "--backend", "sim", "--exit-on-finish"]
-            + [str(f) for f in files],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
+        result = run_trainhub(
+            "up", "--backend", "sim", "--exit-on-finish", *(str(f) for f in files)
         )
         assert result.returncode == code, result.stdout + result.stderr
         lines = result.stdout.splitlines()

@@ -8,25 +8,18 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from tests.cli import run_trainhub
 from tests.helpers import jax_job
 
 
 def trainhub(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("TRAINHUB_")}
-    return subprocess.run(
-        [sys.executable, "-m", "trainhub", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**clean, **(env or {})},
-    )
+    return run_trainhub(*args, env={**clean, **(env or {})})
 
 
 def write(path: Path, *documents: Any) -> Path:
