@@ -13,9 +13,9 @@ The hub runs with `--finished-retention` (default here 30 s, not the hub's 24 h)
 its memory can level off within the run; the workers keep a finished run for their
 `run_retention` (60 s). RSS should stop growing once finished jobs are past both.
 
-Usage: python -m bench.soak [--batches N] [--jobs N] [--workers N] [--finished-retention S]
-[--settle S] [--overdue-after S] [--bootstrap HOST:PORT] [--profile DIR] [--object-counts DIR]
-[--memory-probe DIR].
+Usage: python -m bench.soak [--batches N] [--jobs N] [--workers N] [--kind JAXJob|TrainJob]
+[--finished-retention S] [--settle S] [--overdue-after S] [--bootstrap HOST:PORT]
+[--profile DIR] [--object-counts DIR] [--memory-probe DIR].
 Without --bootstrap a sandbox broker is started (and stopped). With --profile, hub and workers
 run under cProfile, a profile per process and batch; with --object-counts, each writes its
 live objects per type after each batch.
@@ -37,6 +37,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from bench.hub_throughput import kafka_bus, submit_document_nowait
 from bench.jobs import jax_job
 from bus.base import Bus, Subscription, UnknownTopicError
@@ -45,7 +47,9 @@ from bus.topics import Topics
 from schemas.codec import decode_event
 from schemas.events import EventType, JobStatusUpdate
 from schemas.job_parsing import job_uid_of
+from schemas.run_policy import TRAINHUB_MANAGER
 from schemas.sim_annotations import SIM_DURATION
+from schemas.trainer_runtimes import shipped_runtimes
 from tests.kafka.processes import Process, sim_worker
 from trainhub.logs import setup_logging
 from workers.worker_config import WorkerConfig
@@ -65,14 +69,47 @@ def rss_bytes(pid: int) -> int:
     return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * _PAGE
 
 
-def soak_job(name: str, cleanup: str) -> dict[str, Any]:
-    """A two-worker JAXJob whose sim pods end at once."""
+SOAK_RUNTIME = "soak-sim"
+"""The runtime of `--kind trainjob`'s TrainJobs: plain, its node pods ending at once on sim."""
+
+
+def soak_job(name: str, cleanup: str, kind: str = "JAXJob") -> dict[str, Any]:
+    """A two-worker JAXJob whose sim pods end at once; or (`kind` TrainJob) a two-node
+    TrainJob on `SOAK_RUNTIME`, which carries its runtime document through hub and worker."""
+    if kind == "TrainJob":
+        return {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainJob",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "runtimeRef": {"name": SOAK_RUNTIME},
+                "managedBy": TRAINHUB_MANAGER,
+                "trainer": {
+                    "numNodes": 2,
+                    "resourcesPerNode": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                },
+            },
+        }
     document = jax_job(name, 2, "100m", "64Mi")
     spec = document["spec"]
     spec["runPolicy"]["cleanPodPolicy"] = cleanup
     template = spec["jaxReplicaSpecs"]["Worker"]["template"]
     template["metadata"] = {"annotations": {SIM_DURATION: "0s"}}
     return document
+
+
+def write_soak_runtime(folder: Path) -> Path:
+    """The shipped plain runtime as `SOAK_RUNTIME`, its node pods annotated to end at once
+    on sim, in `folder` (for the hub's --runtimes)."""
+    plain = next(r for r in shipped_runtimes() if r.metadata.name == "plain-distributed")
+    document = plain.model_dump(mode="json", exclude_none=True)
+    document["metadata"]["name"] = SOAK_RUNTIME
+    for job in document["spec"]["template"]["spec"]["replicatedJobs"]:
+        pod = job["template"]["spec"]["template"]
+        pod.setdefault("metadata", {}).setdefault("annotations", {})[SIM_DURATION] = "0s"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "soak-runtime.yaml").write_text(yaml.safe_dump(document))
+    return folder
 
 
 async def _ready(bus: Bus, topics: Topics, clusters: set[str], timeout: float = 300) -> None:
@@ -138,6 +175,7 @@ async def run(
     profile: Path | None = None,
     overdue_after: float | None = None,
     settle: float = 0.0,
+    kind: str = "JAXJob",
 ) -> dict[str, Any]:
     """`profile`: the processes run under cProfile (`look_inside`); each is told to
     write its batch's profile after each batch. `overdue_after`: the workers'
@@ -153,7 +191,9 @@ async def run(
         topics = Topics(prefix=prefix)
         common = ["--bootstrap", address, "--topic-prefix", prefix]
         retention = ["--finished-retention", str(finished_retention)]
-        hub = Process("hub", ["hub", *common, "--max-heartbeat-age", "60", *retention], logs)
+        runtimes = ["--runtimes", str(write_soak_runtime(logs / "runtimes"))]
+        hub_args = ["hub", *common, "--max-heartbeat-age", "60", *retention]
+        hub = Process("hub", [*runtimes, *hub_args], logs)
         capacity = "cpu=100000,memory=100000Gi,nodes=20"
         fleet = [
             sim_worker(f"c{i}", common, logs, capacity=capacity, heartbeat_interval=1.0)
@@ -166,7 +206,7 @@ async def run(
             rows: list[dict[str, Any]] = []
             for batch in range(batches):
                 before = {p.name: cpu_seconds(p.popen.pid) for p in processes}
-                documents = [soak_job(f"soak-{batch}-{i}", cleanup) for i in range(jobs)]
+                documents = [soak_job(f"soak-{batch}-{i}", cleanup, kind) for i in range(jobs)]
                 uids = {job_uid_of(d) or "" for d in documents}
                 # Following the status topic from its end before the first submission.
                 subscription = await _status_from_now(bus, topics)
@@ -217,7 +257,8 @@ async def run(
         "batches": batches,
         "jobs_per_batch": jobs,
         "workers": workers,
-        "cleanPodPolicy": cleanup,
+        "kind": kind,
+        "cleanPodPolicy": cleanup if kind != "TrainJob" else None,
         "hub_finished_retention_s": finished_retention,
         "worker_run_retention_s": WorkerConfig(cluster="-").run_retention,
         "worker_heartbeat_overdue_after_s": overdue_after,
@@ -245,9 +286,7 @@ def trends(rows: list[dict[str, Any]]) -> dict[str, float]:
             found[f"last3_to_first3_median_{key}"] = round(ratio, 3)
         if len(values) >= 2:
             slope, intercept = statistics.linear_regression(range(1, len(values) + 1), values)
-            found[f"fitted_growth_per_batch_{key}"] = round(
-                slope / max(intercept + slope, 1e-9), 4
-            )
+            found[f"fitted_growth_per_batch_{key}"] = round(slope / max(intercept + slope, 1e-9), 4)
     # RSS levelling off: what each process grew by over the second half of the batches.
     half = len(rows) // 2
     if half:
@@ -281,6 +320,13 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--clean-pod-policy", default="None", choices=["None", "All", "Running"])
+    parser.add_argument(
+        "--kind",
+        default="JAXJob",
+        choices=["JAXJob", "TrainJob"],
+        help="the jobs' kind: two-worker JAXJobs, or two-node TrainJobs on a plain runtime "
+        "(each carrying its runtime document; --clean-pod-policy does not apply)",
+    )
     parser.add_argument(
         "--finished-retention",
         type=float,
@@ -339,6 +385,7 @@ def main() -> None:
             args.profile,
             args.overdue_after,
             settle,
+            args.kind,
         )
     )
     args.output.write_text(json.dumps(result, indent=2) + "\n")
