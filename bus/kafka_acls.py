@@ -189,7 +189,7 @@ def role_acls(role: Role, topics: Topics, clusters: Sequence[str] = ()) -> list[
             ]
         return [
             *rules,
-            _topic(topics.logs, Operation.WRITE, "answers log requests"),
+            _topic(topics.logs, Operation.WRITE, "answers log and pod requests"),
             _topic(topics.dead_letters, Operation.WRITE, "sets aside events it cannot use"),
         ]
     if role == "producer":

@@ -29,6 +29,8 @@ from schemas.events import (
     JobUpdated,
     LogsChunk,
     LogsRequested,
+    PodsListed,
+    PodsRequested,
     RuntimeApplied,
 )
 from schemas.kubeflow import JOB_CLASSES
@@ -157,6 +159,19 @@ EVENTS: tuple[EventSpec, ...] = (
         EventType.LOGS_CHUNK,
         LogsChunk,
         "A piece of a pod's log, answering a `logs.requested`; `final` ends the answer.",
+        (Route("<prefix>.logs", "the request id", "a worker", "who asked"),),
+    ),
+    EventSpec(
+        EventType.PODS_REQUESTED,
+        PodsRequested,
+        "Asks the worker of a job's cluster for the phase of each of its pods.",
+        (Route("<prefix>.assignments.<cluster>", _BY_UID, "any reader", "that cluster's worker"),),
+    ),
+    EventSpec(
+        EventType.PODS_LISTED,
+        PodsListed,
+        "The job's pods as the worker knows them (name, phase, node, start time), answering a "
+        "`pods.requested`; one event per answer.",
         (Route("<prefix>.logs", "the request id", "a worker", "who asked"),),
     ),
     EventSpec(

@@ -6,9 +6,9 @@ import builtins
 import os
 import random
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from schemas.names import DNS1123_LABEL_PATTERN
 from schemas.status import JobCondition, JobPhase, JobStatus
@@ -55,6 +55,8 @@ class EventType:
     CLUSTER_RETIRED = "io.trainhub.cluster.retired"
     LOGS_REQUESTED = "io.trainhub.logs.requested"
     LOGS_CHUNK = "io.trainhub.logs.chunk"
+    PODS_REQUESTED = "io.trainhub.pods.requested"
+    PODS_LISTED = "io.trainhub.pods.listed"
     HUB_LEADER = "io.trainhub.hub.leader"
     RUNTIME_APPLIED = "io.trainhub.runtime.applied"
 
@@ -287,3 +289,54 @@ class LogsChunk(_Payload):
     final: bool = False
     error: str | None = None
     """Why the request could not be answered (only on the final chunk)."""
+
+
+ListedPodPhase = Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"]
+"""A Kubernetes pod's `status.phase`."""
+POD_MESSAGE_CHARS = 1024
+"""A listed pod's reason and message are clipped to this many characters: they inform, and a
+job of many pods must still fit one event."""
+
+
+class PodsRequested(_Payload):
+    """Asks the worker of the job's cluster for the phase of each of the job's pods (on that
+    cluster's assignments topic); the answer is one `PodsListed` on the logs topic, keyed by
+    `request_id`."""
+
+    request_id: str = Field(min_length=1, max_length=128)
+    uid: str = Field(min_length=1, max_length=128)
+    deadline: datetime
+    """A request first seen after it is dropped: nobody waits for the answer any more."""
+
+
+class ListedPod(_Payload):
+    """One pod of a job as its worker knows it, named and phased as Kubernetes does."""
+
+    name: str = Field(min_length=1, max_length=253)
+    namespace: str | None = Field(default=None, max_length=253)
+    """None where the backend does not say."""
+    phase: ListedPodPhase
+    """`Unknown`: the worker cannot tell (a pod of a run it no longer follows)."""
+    node_name: str | None = None
+    start_time: datetime | None = None
+    """When the pod started on its node, where known."""
+    reason: str | None = None
+    """A word for why it is in its phase (`Unschedulable`, `Suspended`, `Evicted`...)."""
+    message: str | None = None
+
+    @field_validator("reason", "message")
+    @classmethod
+    def _clipped(cls, value: str | None) -> str | None:
+        return value[:POD_MESSAGE_CHARS] if value is not None else None
+
+
+class PodsListed(_Payload):
+    """The answer to a `PodsRequested`: the job's pods the worker knows, in name order, or
+    why it cannot say."""
+
+    request_id: str = Field(min_length=1, max_length=128)
+    uid: str
+    cluster: str
+    pods: list[ListedPod] = Field(default_factory=list)
+    error: str | None = None
+    """Why the request could not be answered (the job has no pods on the cluster)."""

@@ -24,6 +24,8 @@ from schemas.events import (
     JobUpdated,
     LogsChunk,
     LogsRequested,
+    PodsListed,
+    PodsRequested,
     make_event,
 )
 from schemas.job_parsing import job_uid_of
@@ -206,6 +208,53 @@ async def request_logs(
                 )
             if now > last_by:
                 raise LogsUnanswered(f"the worker of cluster {cluster} never ended its answer")
+    finally:
+        await subscription.stop()
+
+
+class PodsUnanswered(TimeoutError):
+    """No worker answered a pod request in time."""
+
+
+POD_ANSWER_TIMEOUT = 3.0
+"""Seconds to wait for a worker's answer to a pod request: it answers from memory (or one
+list call to its cluster), so a longer silence means it is down or busy past use."""
+
+
+async def request_pods(
+    bus: Bus,
+    topics: Topics,
+    cluster: str,
+    request: PodsRequested,
+    *,
+    answer_timeout: float = POD_ANSWER_TIMEOUT,
+) -> PodsListed:
+    """Ask the worker of `cluster` for the phases of a job's pods; its answer, or
+    `PodsUnanswered` when none came within `answer_timeout` seconds of the request."""
+    key = request.request_id.encode()
+    subscription = bus.subscribe([topics.logs], group=None, start_from="latest")
+    await subscription.start()
+    try:
+        # As for logs: the start resolved before the request leaves, so the answer is after it.
+        await subscription.lag()
+        event = make_event(EventType.PODS_REQUESTED, SOURCE, request.uid, request)
+        await publish_event(bus, topics.assignments(cluster), request.uid, event)
+        loop = asyncio.get_running_loop()
+        answer_by = loop.time() + answer_timeout
+        while (left := answer_by - loop.time()) > 0:
+            for record in await subscription.poll(timeout=min(0.5, left)):
+                if record.key != key:
+                    continue
+                try:
+                    decoded = decode_event(record.headers, record.value)
+                    if decoded.type == EventType.PODS_LISTED:
+                        return decoded.data_as(PodsListed)
+                except (EventDecodeError, ValueError):
+                    continue
+        raise PodsUnanswered(
+            f"the worker of cluster {cluster} did not answer the pod request within "
+            f"{answer_timeout:g}s (is it running?)"
+        )
     finally:
         await subscription.stop()
 

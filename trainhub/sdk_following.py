@@ -4,20 +4,28 @@ its logs from the worker of its cluster, and the stream of status events."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import uuid
 from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from bus.base import Bus
+from bus.base import Bus, BusError
 from bus.topics import Topics
-from schemas.events import LogsChunk, LogsRequested
+from schemas.events import ListedPod, LogsChunk, LogsRequested, PodsRequested
 from schemas.kubeflow import JOB_CLASSES
 from schemas.status import ConditionType, JobPhase
-from trainhub.producer import LOG_ANSWER_TIMEOUT, LogsUnanswered, request_logs
+from trainhub.producer import (
+    LOG_ANSWER_TIMEOUT,
+    POD_ANSWER_TIMEOUT,
+    LogsUnanswered,
+    PodsUnanswered,
+    request_logs,
+    request_pods,
+)
 from trainhub.sdk_errors import JobFailedError, JobTimeoutError, LogsUnavailableError
-from trainhub.sdk_pods import JobPod, job_pods
+from trainhub.sdk_pods import JobPod, job_pods, with_phases
 from trainhub.sdk_stream import Positions, StatusEvent, stream_status
 from trainhub.sdk_view import StatusFollower, StatusView, TrainHubJob
 
@@ -25,6 +33,10 @@ _CONDITIONS = {c.value for c in ConditionType}
 _LOGS_TIMEOUT = 60.0
 """Seconds a worker has to send the logs asked for without `follow`."""
 _REPLICA_TYPES = frozenset(t.lower() for c in JOB_CLASSES.values() for t in c.REPLICA_TYPES)
+_PODLESS = frozenset({JobPhase.QUEUED, JobPhase.DELETED, JobPhase.REJECTED, JobPhase.SKIPPED})
+"""A job in these phases has no pods on any cluster: no worker is asked for their phases."""
+
+log = logging.getLogger(__name__)
 
 
 class FollowingCalls:
@@ -58,37 +70,56 @@ class FollowingCalls:
         is_master: bool = False,
         replica_type: str | None = None,
         replica_index: int | None = None,
+        phase_timeout: float | None = POD_ANSWER_TIMEOUT,
     ) -> list[JobPod]:
         """The pods of the job's current run, with the cluster they run on (None while the
-        job is placed nowhere). Like Kubeflow's, `is_master` keeps only the master pod and
-        `replica_type` (any case) and `replica_index` filter.
+        job is placed nowhere) and their phases. Like Kubeflow's, `is_master` keeps only the
+        master pod and `replica_type` (any case) and `replica_index` filter.
 
         Named from the job document on the status topic as every worker names them
-        (`<job>-<replica type>-<index>` on kube, local and sim backends alike); per-pod phases
-        are not on the bus, `job.status.replicaStatuses` counts them per replica type.
-        `JobPodsUnknownError` when the topic no longer holds the job's document; a
-        `replica_type` that no kind has is a `ValueError`, as upstream's."""
-        if replica_type is not None and (
-            not isinstance(replica_type, str) or replica_type.lower() not in _REPLICA_TYPES
+        (`<job>-<replica type>-<index>` on kube, local and sim backends alike); phased by one
+        round trip to the worker of the job's cluster (`pods.requested` on its assignments
+        topic, answered on the logs topic). A worker that does not answer within
+        `phase_timeout` seconds leaves every `phase` None (logged as a warning), as does a
+        job placed nowhere; `phase_timeout=None` asks no worker. `JobPodsUnknownError` when
+        the topic no longer holds the job's document; a `replica_type` that no kind has is a
+        `ValueError`, as upstream's."""
+        if phase_timeout is not None and (
+            isinstance(phase_timeout, bool) or not isinstance(phase_timeout, int | float)
         ):
-            raise ValueError(
-                f"replica_type {replica_type!r} is none of the Kubeflow replica types "
-                f"({', '.join(sorted(_REPLICA_TYPES))})"
+            raise ValueError(f"phase_timeout: seconds, or None (got {phase_timeout!r})")
+        _check_filters(replica_type, replica_index)
+        job = await self.get_job(name, namespace)
+        pods = _picked(job_pods(job), is_master, replica_type, replica_index)
+        if not pods or phase_timeout is None:
+            return pods
+        return with_phases(pods, await self._listed_pods(job, phase_timeout))
+
+    async def _listed_pods(
+        self, job: TrainHubJob, answer_timeout: float
+    ) -> dict[str, ListedPod] | None:
+        """The job's pods as the worker of its cluster lists them, by name; None when the job
+        is placed nowhere or the worker did not answer."""
+        if job.cluster is None or job.phase is None or job.phase in _PODLESS:
+            return None
+        bus, _ = await self._connected()
+        request = PodsRequested(
+            request_id=str(uuid.uuid4()),
+            uid=job.uid,
+            # Past it the worker drops the request; the margin covers clocks that differ.
+            deadline=datetime.now(UTC) + timedelta(seconds=max(0.0, answer_timeout) + 30),
+        )
+        try:
+            answer = await request_pods(
+                bus, self.topics, job.cluster, request, answer_timeout=answer_timeout
             )
-        if replica_index is not None and (
-            not isinstance(replica_index, int)
-            or isinstance(replica_index, bool)
-            or replica_index < 0
-        ):
-            raise ValueError(f"replica_index: a replica's index, 0 or more (got {replica_index!r})")
-        pods = job_pods(await self.get_job(name, namespace))
-        return [
-            pod
-            for pod in pods
-            if (not is_master or pod.is_master)
-            and (replica_type is None or pod.replica_type.lower() == replica_type.lower())
-            and (replica_index is None or pod.replica_index == replica_index)
-        ]
+        except (PodsUnanswered, BusError) as exc:
+            # Pod names still help (logs by pod); a caller of before phases keeps working.
+            log.warning("the phases of job %s's pods are unknown: %s", job.key, exc)
+            return None
+        if answer.error is not None:
+            log.debug("the worker knows no pods of job %s: %s", job.key, answer.error)
+        return {pod.name: pod for pod in answer.pods}
 
     async def get_job_pod_names(
         self,
@@ -99,13 +130,15 @@ class FollowingCalls:
         replica_type: str | None = None,
         replica_index: int | None = None,
     ) -> list[str]:
-        """The names of `get_job_pods` (what `get_job_logs(pod=...)` takes)."""
+        """The names of `get_job_pods`, from the job document alone (no worker is asked;
+        what `get_job_logs(pod=...)` takes)."""
         pods = await self.get_job_pods(
             name,
             namespace,
             is_master=is_master,
             replica_type=replica_type,
             replica_index=replica_index,
+            phase_timeout=None,
         )
         return [pod.name for pod in pods]
 
@@ -313,6 +346,34 @@ class FollowingCalls:
             follow=follow,
         ):
             yield event
+
+
+def _check_filters(replica_type: object, replica_index: object) -> None:
+    """A `replica_type` or `replica_index` no pod could have is a `ValueError`."""
+    if replica_type is not None and (
+        not isinstance(replica_type, str) or replica_type.lower() not in _REPLICA_TYPES
+    ):
+        raise ValueError(
+            f"replica_type {replica_type!r} is none of the Kubeflow replica types "
+            f"({', '.join(sorted(_REPLICA_TYPES))})"
+        )
+    if replica_index is not None and (
+        not isinstance(replica_index, int) or isinstance(replica_index, bool) or replica_index < 0
+    ):
+        raise ValueError(f"replica_index: a replica's index, 0 or more (got {replica_index!r})")
+
+
+def _picked(
+    pods: list[JobPod], is_master: bool, replica_type: str | None, replica_index: int | None
+) -> list[JobPod]:
+    """Upstream's filters."""
+    return [
+        pod
+        for pod in pods
+        if (not is_master or pod.is_master)
+        and (replica_type is None or pod.replica_type.lower() == replica_type.lower())
+        and (replica_index is None or pod.replica_index == replica_index)
+    ]
 
 
 def _whole(value: object) -> bool:

@@ -1,17 +1,20 @@
 """A job's pods as the SDK reports them: named from the job document the hub put on the
-status topic, rendered exactly as every worker renders it.
+status topic, rendered exactly as every worker renders it, and phased as the worker of the
+job's cluster answers (`with_phases`).
 
 Pod names are deterministic (`<job>-<replica type>-<index>`) on every backend (kube, local,
-sim), so this needs no round trip to the worker and works whichever cluster runs the job.
-Per-pod phases are not on the bus; the job's `status.replicaStatuses` counts them per
-replica type.
+sim), so naming needs no round trip to the worker and works whichever cluster runs the job.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import datetime
+
 from pydantic import BaseModel, ConfigDict
 
 from schemas.errors import ContractError
+from schemas.events import ListedPod, ListedPodPhase
 from schemas.job_parsing import parse_placed_job
 from trainhub.sdk_errors import TrainHubError
 from trainhub.sdk_view import TrainHubJob
@@ -35,6 +38,15 @@ class JobPod(BaseModel):
     cluster: str | None
     """The cluster the job is placed on; None while it is placed nowhere."""
     labels: dict[str, str]
+    phase: ListedPodPhase | None = None
+    """The pod's Kubernetes phase as the worker of its cluster tells it (`Unknown`: the worker
+    answered but cannot tell); None when the worker did not answer in time or the job is
+    placed nowhere."""
+    node_name: str | None = None
+    start_time: datetime | None = None
+    reason: str | None = None
+    """Why the pod is in its phase, where the worker says (`Unschedulable`, `Suspended`...)."""
+    message: str | None = None
 
 
 def job_pods(job: TrainHubJob) -> list[JobPod]:
@@ -61,3 +73,19 @@ def job_pods(job: TrainHubJob) -> list[JobPod]:
         )
         for pod in rendered.pods
     ]
+
+
+def with_phases(pods: list[JobPod], listed: Mapping[str, ListedPod] | None) -> list[JobPod]:
+    """The pods with what the worker told of each (`listed`, by pod name; None: it did not
+    answer); a pod it did not list is `Unknown` to it."""
+    if listed is None:
+        return pods
+    phased = []
+    for pod in pods:
+        told = listed.get(pod.name)
+        if told is None:
+            phased.append(pod.model_copy(update={"phase": "Unknown"}))
+            continue
+        update = told.model_dump(include={"phase", "node_name", "start_time", "reason", "message"})
+        phased.append(pod.model_copy(update=update))
+    return phased

@@ -15,7 +15,7 @@ import random
 import string
 import time
 import uuid
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -170,8 +170,8 @@ def trainjob_status(job: TrainHubJob) -> str:
 
 
 def _step_status(job: TrainHubJob, replicated_job: str, pods: int) -> str | None:
-    """The phase of a replicated job's pods where its counts say it for all of them: per-pod
-    phases are not on the bus, so a replicated job whose pods differ says None."""
+    """The phase of a replicated job's pods where its counts say it for all of them (for a
+    step whose pod's own phase is unknown); a replicated job whose pods differ says None."""
     counts = job.status.replicaStatuses.get(replicated_job)
     active, succeeded, failed = (
         (counts.active, counts.succeeded, counts.failed) if counts else (0, 0, 0)
@@ -187,9 +187,12 @@ def _step_status(job: TrainHubJob, replicated_job: str, pods: int) -> str | None
     return None
 
 
-def job_steps(job: TrainHubJob) -> list[Step]:
+def job_steps(job: TrainHubJob, phases: Mapping[str, str] | None = None) -> list[Step]:
     """A step per pod of the job's current run, as every worker names its pods: initializers
-    by their replicated job's name, trainer nodes `node-<rank>` (with MPI's launcher node-0)."""
+    by their replicated job's name, trainer nodes `node-<rank>` (with MPI's launcher node-0).
+    A step's status is its pod's phase in `phases` (pod name -> phase, as its worker told
+    it), else what its replicated job's counts say."""
+    phases = phases or {}
     if job.spec is None or job.cluster is None or job.phase in _NO_PODS | {JobPhase.DELETED}:
         return []
     plans = render_job(parse_placed_job(job.spec, job.runtime), attempt=max(job.attempt, 1)).pods
@@ -207,7 +210,8 @@ def job_steps(job: TrainHubJob) -> list[Step]:
             name = f"{NODE}-{plan.index + 1 if has_launcher else plan.index}"
         step = Step(
             name=name,
-            status=_step_status(job, plan.replica_type, sizes[plan.replica_type]),
+            status=phases.get(plan.name)
+            or _step_status(job, plan.replica_type, sizes[plan.replica_type]),
             pod_name=plan.name,
         )
         _set_device(step, plan)
@@ -342,7 +346,7 @@ class TrainerClient:
             raise RuntimeError(f"Failed to {subject}: the job of that name is a {job.kind}")
         return job
 
-    def _trainjob(self, job: TrainHubJob) -> TrainJob:
+    def _trainjob(self, job: TrainHubJob, phases: Mapping[str, str] | None = None) -> TrainJob:
         spec = (job.spec or {}).get("spec") or {}
         ref = RuntimeRef.model_validate(spec.get("runtimeRef") or {"name": UNKNOWN})
         placed = job.runtime
@@ -363,7 +367,7 @@ class TrainerClient:
             name=job.name or job.uid,
             creation_timestamp=job.created or job.updated or datetime.now(UTC),
             runtime=runtime,
-            steps=job_steps(job),
+            steps=job_steps(job, phases),
             status=trainjob_status(job),
         )
 
@@ -465,7 +469,8 @@ class TrainerClient:
         return source
 
     def list_jobs(self, runtime: Runtime | None = None) -> list[TrainJob]:
-        """The namespace's TrainJobs not deleted (of `runtime` only, when given)."""
+        """The namespace's TrainJobs not deleted (of `runtime` only, when given). Their steps'
+        status is what the replica counts say: asking each job's worker is `get_job`'s."""
         subject = f"list {TRAINJOB_KIND}s in namespace: {self.namespace}"
         jobs = self._run(self.hub.aio.list_jobs(self.namespace), subject)
         found = []
@@ -478,8 +483,19 @@ class TrainerClient:
         return found
 
     def get_job(self, name: str) -> TrainJob:
-        """The TrainJob: its runtime, status and steps (one per pod)."""
-        return self._trainjob(self._find(name))
+        """The TrainJob: its runtime, status and steps (one per pod, its status the pod's
+        phase as the worker of the job's cluster tells it)."""
+        job = self._find(name)
+        return self._trainjob(job, self._pod_phases(job))
+
+    def _pod_phases(self, job: TrainHubJob) -> dict[str, str]:
+        """Pod name -> phase, for the pods whose phase the worker of the job's cluster knows
+        (none when it does not answer within a few seconds, or the job has no steps)."""
+        if job.spec is None or job.cluster is None or job.phase in _NO_PODS | {JobPhase.DELETED}:
+            return {}
+        subject = f"list {TRAINJOB_KIND}'s steps: {self.namespace}/{job.name}"
+        pods = self._run(self.hub.aio.get_job_pods(job.uid), subject)
+        return {p.name: p.phase for p in pods if p.phase is not None and p.phase != "Unknown"}
 
     def get_job_logs(
         self,

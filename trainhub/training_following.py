@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from bus.base import BusError
 from schemas.kubeflow import JOB_CLASSES
 from schemas.status import JobPhase
+from trainhub.producer import POD_ANSWER_TIMEOUT
 from trainhub.sdk import TrainHubClient
 from trainhub.sdk_errors import JobFailedError, JobNotFoundError, JobTimeoutError, TrainHubError
 from trainhub.sdk_pods import JobPod
@@ -173,8 +174,37 @@ class TrainingFollowing:
     ) -> list[V1Pod]:
         """The job's pods (`V1Pod`s with metadata; none while it is not placed, as upstream
         lists none before they exist), `is_master`, `replica_type` (any case) and
-        `replica_index` filtering them. Named as the worker running the job names them;
-        their phases are not on the bus (`status` is None)."""
+        `replica_index` filtering them. Named as the worker running the job names them, with
+        `status.phase` (and `start_time`, `reason`, `message`) as that worker tells it; its
+        silence for a few seconds (it is down) leaves `status` None."""
+        return self._pods(name, namespace, is_master, replica_type, replica_index, timeout)
+
+    def get_job_pod_names(
+        self,
+        name: str,
+        namespace: str | None = None,
+        is_master: bool = False,
+        replica_type: str | None = None,
+        replica_index: int | None = None,
+        timeout: int = DEFAULT_TIMEOUT,
+    ) -> list[str]:
+        pods = self._pods(
+            name, namespace, is_master, replica_type, replica_index, timeout, phases=False
+        )
+        return [pod.metadata.name for pod in pods]
+
+    def _pods(
+        self,
+        name: str,
+        namespace: str | None,
+        is_master: bool,
+        replica_type: str | None,
+        replica_index: int | None,
+        timeout: int,
+        *,
+        phases: bool = True,
+    ) -> list[V1Pod]:
+        """`get_job_pods`; without `phases`, no worker is asked (names need none)."""
         namespace = namespace or self.namespace
         if replica_type is not None and (
             not isinstance(replica_type, str) or replica_type.lower() not in _REPLICA_TYPES
@@ -200,24 +230,13 @@ class TrainingFollowing:
                 is_master=is_master,
                 replica_type=replica_type,
                 replica_index=replica_index,
+                phase_timeout=POD_ANSWER_TIMEOUT if phases else None,
             )
             return job, found
 
         subject = f"list pods for Job: {namespace}/{name}"
         job, found = self._run(pods, timeout, subject)
         return pod_objects(job, found)
-
-    def get_job_pod_names(
-        self,
-        name: str,
-        namespace: str | None = None,
-        is_master: bool = False,
-        replica_type: str | None = None,
-        replica_index: int | None = None,
-        timeout: int = DEFAULT_TIMEOUT,
-    ) -> list[str]:
-        pods = self.get_job_pods(name, namespace, is_master, replica_type, replica_index, timeout)
-        return [pod.metadata.name for pod in pods]
 
     # -- logs -----------------------------------------------------------------------------
 

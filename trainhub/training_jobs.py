@@ -20,6 +20,8 @@ from trainhub.training_models import (
     V1EnvVar,
     V1ObjectMeta,
     V1Pod,
+    V1PodSpec,
+    V1PodStatus,
 )
 
 DEFAULT_TIMEOUT = 120
@@ -253,8 +255,9 @@ def job_object(job: TrainHubJob, job_kind: str) -> Any:
 
 def pod_objects(job: TrainHubJob | None, pods: Sequence[JobPod]) -> list[V1Pod]:
     """The pods of a job placed on a cluster (none while it waits, is suspended or gone, as
-    the apiserver would list none), with their name, namespace and labels. Their phases are
-    not on the bus: `status` is None."""
+    the apiserver would list none), with their name, namespace and labels, their node
+    (`spec.node_name`) where known, and their `status` (`phase`, `start_time`, `reason`,
+    `message`) as the worker of their cluster told it: None when it did not answer."""
     if job is None or job.cluster is None or job.phase in _NO_PODS:
         return []
     return [
@@ -262,9 +265,19 @@ def pod_objects(job: TrainHubJob | None, pods: Sequence[JobPod]) -> list[V1Pod]:
             api_version="v1",
             kind="Pod",
             metadata=V1ObjectMeta(name=p.name, namespace=p.namespace, labels=dict(p.labels)),
+            spec=V1PodSpec(node_name=p.node_name) if p.node_name is not None else None,
+            status=_pod_status(p),
         )
         for p in pods
     ]
+
+
+def _pod_status(pod: JobPod) -> V1PodStatus | None:
+    if pod.phase is None:
+        return None
+    return V1PodStatus(
+        phase=pod.phase, start_time=pod.start_time, reason=pod.reason, message=pod.message
+    )
 
 
 def job_events(job: TrainHubJob, job_kind: str) -> dict[str, list[str]]:

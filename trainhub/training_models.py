@@ -40,6 +40,7 @@ __all__ = [
     "V1ObjectMeta",
     "V1Pod",
     "V1PodSpec",
+    "V1PodStatus",
     "V1PodTemplateSpec",
     "V1Preconditions",
     "V1ResourceRequirements",
@@ -204,9 +205,22 @@ class V1PodTemplateSpec(Model):
     _children = {"metadata": (V1ObjectMeta, ONE), "spec": (V1PodSpec, ONE)}
 
 
+class V1PodStatus(Model):
+    _fields = names(
+        "conditions container_statuses ephemeral_container_statuses host_ip host_ips "
+        "init_container_statuses message nominated_node_name phase pod_ip pod_ips qos_class "
+        "reason resize resource_claim_statuses start_time"
+    )
+    _open = True
+
+
 class V1Pod(Model):
     _fields = names("api_version kind metadata spec status")
-    _children = {"metadata": (V1ObjectMeta, ONE), "spec": (V1PodSpec, ONE)}
+    _children = {
+        "metadata": (V1ObjectMeta, ONE),
+        "spec": (V1PodSpec, ONE),
+        "status": (V1PodStatus, ONE),
+    }
 
 
 class V1Preconditions(Model):

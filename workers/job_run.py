@@ -45,6 +45,10 @@ class PodState:
     held: bool = False
     """Not created yet: its replica type waits for those it depends on (a TrainJob's nodes
     for its initializers)."""
+    node: str | None = None
+    """The node it was seen on, where the backend says."""
+    started: datetime | None = None
+    """When it was first seen on a node or past Pending (for pod listings)."""
 
 
 @dataclass
@@ -266,6 +270,9 @@ class JobRun:
         decision = Decision()
         pod.held = False  # seen, so it exists
         pod.phase, pod.exit_code = obs.phase, obs.exit_code
+        pod.node = obs.node or pod.node
+        if pod.started is None and (obs.node is not None or obs.phase != "Pending"):
+            pod.started = self.clock()
         unschedulable = obs.phase == "Pending" and (obs.message or "").startswith(
             UNSCHEDULABLE_PREFIX
         )
@@ -359,6 +366,7 @@ class JobRun:
             decision.changed = self._fail_backoff(obs)
             return True
         pod.phase, pod.exit_code, pod.unschedulable = "Pending", None, None
+        pod.node = pod.started = None  # made again: a new pod, wherever it lands
         decision.restart.append(pod.plan)
         decision.changed = self._restarting(obs)
         return False

@@ -4,7 +4,7 @@ The worker wires its rooms together and carries out the assignments topic's even
 rooms do the rest: `Adoption` (taking back a cluster's jobs after a restart, sweeping after
 an outage), `DecisionExecutor` (carrying out what each `JobRun` decides), `RunTimers`
 (deadlines, TTLs, the unschedulable timeout), `JobStatuses`, `CapacityReports`,
-`ObservationLanes` and `LogRequests`.
+`ObservationLanes`, `LogRequests` and `PodRequests`.
 
 A finished run stays in `runs` for `run_retention` after it finished, then leaves (see
 `RunTimers`): a worker's memory and the cost of each event follow the jobs it runs, not
@@ -42,6 +42,7 @@ from schemas.events import (
     JobRef,
     JobRevoked,
     LogsRequested,
+    PodsRequested,
 )
 from workers.adoption import Adoption, assigned_run
 from workers.backends.base import (
@@ -63,6 +64,7 @@ from workers.job_statuses import JobStatuses
 from workers.log_requests import LogRequests
 from workers.metrics import worker_metrics
 from workers.observation_lanes import ObservationLanes
+from workers.pod_requests import PodRequests
 from workers.run_timers import RunTimers
 from workers.worker_config import WorkerConfig
 
@@ -100,6 +102,9 @@ class Worker:
         self.metrics.register_cluster(config.cluster)
         self.runs: dict[str, JobRun] = {}
         self.log_requests = LogRequests(
+            bus, self.topics, backend, self.runs, cluster=config.cluster, source=config.source
+        )
+        self.pod_requests = PodRequests(
             bus, self.topics, backend, self.runs, cluster=config.cluster, source=config.source
         )
         self._tasks = TaskOwner(f"worker-{config.cluster}")
@@ -242,6 +247,7 @@ class Worker:
             log.warning("stopping with an assignment still in hand", extra=self._extra())
         await self._tasks.cancel_all()
         await self.log_requests.close()
+        await self.pod_requests.close()
         self._timers.clear()
         if self._consumer is not None:
             await self._consumer.subscription.stop()
@@ -301,6 +307,9 @@ class Worker:
         if event.type == EventType.LOGS_REQUESTED:
             # Answered in a task of its own: reading logs never holds up assignments.
             self.log_requests.handle(event.data_as(LogsRequested))
+            return
+        if event.type == EventType.PODS_REQUESTED:
+            self.pod_requests.handle(event.data_as(PodsRequested))
             return
         if event.type == EventType.HUB_LEADER:
             log.info("a hub leads at epoch %s", event.epoch, extra=self._extra(None))

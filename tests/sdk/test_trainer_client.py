@@ -4,6 +4,7 @@ logs) and deleted as upstream's SDK does it."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,9 @@ FAST = 0.1
 """Seconds between two looks at a job (upstream's default is 2)."""
 
 
-def sim_runtime(name: str, duration: str, exit_code: int = 0) -> dict[str, Any]:
+def sim_runtime(
+    name: str, duration: str, exit_code: int = 0, restart_policy: str = "Never"
+) -> dict[str, Any]:
     """A plain runtime whose node pods run `duration` on `sim` and exit with `exit_code`."""
     pod = {
         "metadata": {
@@ -43,7 +46,10 @@ def sim_runtime(name: str, duration: str, exit_code: int = 0) -> dict[str, Any]:
                 "trainhub.io/sim-exit-code": str(exit_code),
             }
         },
-        "spec": {"restartPolicy": "Never", "containers": [{"name": "node", "image": "python"}]},
+        "spec": {
+            "restartPolicy": restart_policy,
+            "containers": [{"name": "node", "image": "python"}],
+        },
     }
     return {
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
@@ -87,6 +93,7 @@ def client(tmp_path: Path) -> Iterator[TrainerClient]:
     catalog = runtime_catalog()
     catalog.add(parse_runtime(sim_runtime("sim-long", "30s")))
     catalog.add(parse_runtime(sim_runtime("sim-crash", "0.2s", exit_code=3)))
+    catalog.add(parse_runtime(sim_runtime("sim-flaky", "0.1s", 1, restart_policy="OnFailure")))
     assets = yaml.safe_load(ASSETS_RUNTIME.read_text("utf-8"))
     assets["kind"] = "ClusterTrainingRuntime"  # the operator's runtime, cluster-wide here
     del assets["metadata"]["namespace"]
@@ -236,6 +243,22 @@ def test_a_running_trainjob_is_waited_for_then_deleted(client: TrainerClient) ->
     client.delete_job(name)
     with pytest.raises(RuntimeError):
         client.delete_job(name)
+
+
+def test_a_steps_status_is_its_pods_phase_as_the_worker_tells_it(client: TrainerClient) -> None:
+    """A node in crash backoff waits Pending between its runs; the replica counts have it
+    active all along, which can only say Running."""
+    name = client.train(runtime=client.get_runtime("sim-flaky"))
+    deadline = time.monotonic() + 20
+    job = client.get_job(name)
+    while job.steps[:1] != [Step("node-0", "Pending", f"{name}-node-0-0")]:
+        assert time.monotonic() < deadline, job
+        time.sleep(0.1)
+        job = client.get_job(name)
+    assert job.status == "Running"
+    counts = client.hub.get_job(name).status.replicaStatuses["node"]
+    assert (counts.active, counts.succeeded, counts.failed) == (1, 0, 0)
+    client.delete_job(name)
 
 
 def test_a_failed_trainjob_fails_the_wait_unless_failed_is_waited_for(

@@ -9,6 +9,7 @@ from typing import ClassVar, Literal
 
 from bus.retry import RetryPolicy
 from schemas.cluster import NodeSnapshot
+from schemas.events import ListedPod
 from schemas.kubeflow import AnyJob
 from schemas.status import JobStatus
 from workers.gang_scheduling import GangScheduling, PodGroupPlan
@@ -200,6 +201,12 @@ class Backend(abc.ABC):
         """The names of the job's pods that exist in the cluster, found by its label (for a
         job whose run the worker no longer holds: one that finished a while ago)."""
         return []
+
+    async def job_pods(self, job_uid: str) -> list[ListedPod]:
+        """The job's pods that exist in the cluster, as `job_pod_names` finds them, with their
+        phases where the backend knows them without asking per pod (else `Unknown`): for a
+        job whose run the worker no longer holds, or whose pods another operator makes."""
+        return [ListedPod(name=name, phase="Unknown") for name in await self.job_pod_names(job_uid)]
 
     def forget_job(self, job_uid: str) -> None:
         """The job finished and its run left the worker. A backend whose cluster lives in

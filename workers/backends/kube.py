@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bus.aiotasks import TaskOwner
+from schemas.events import ListedPod
 from schemas.kubeflow import AnyJob
 from schemas.status import JobStatus
 from workers.backends.base import Backend, Capacity, PodLogsUnavailable
@@ -33,6 +34,7 @@ from workers.backends.kube_client import (
 )
 from workers.backends.kube_job_object import JobObjects, JobObjectWatch, owned_by_job_object
 from workers.backends.kube_nodes import NodeCache
+from workers.backends.kube_pod_listing import listed_pod
 from workers.backends.kube_resources import (
     JOB_RESOURCES,
     POD_GROUPS,
@@ -660,6 +662,11 @@ class KubeBackend(Backend):
     async def job_pod_names(self, job_uid: str) -> list[str]:
         pods = await self._list_ours("pods", f"{LABEL_JOB_UID}={job_uid}")
         return sorted(str((p.get("metadata") or {}).get("name")) for p in pods)
+
+    async def job_pods(self, job_uid: str) -> list[ListedPod]:
+        # The one list call `job_pod_names` makes: each pod's status comes with it.
+        pods = await self._list_ours("pods", f"{LABEL_JOB_UID}={job_uid}")
+        return sorted((listed_pod(p) for p in pods), key=lambda listed: listed.name)
 
     async def pod_logs(self, job_uid: str, name: str) -> str:
         known = self._known.get(job_uid, {}).get(name)

@@ -18,10 +18,12 @@ import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
 from bus.aiotasks import TaskOwner
+from schemas.events import ListedPod
 from workers.backends.base import Backend, BackendError, Capacity, PodObservation, PodPhase
 from workers.backends.crash_backoff import CrashBackoff
 from workers.backends.local_volumes import (
@@ -114,6 +116,21 @@ class _LocalPod:
     message_from_log: bool = False
     """A failure's message is the log's last line (`terminationMessagePolicy:
     FallbackToLogsOnError`, and trainhub's initializer, which ends its log with the reason)."""
+    phase: PodPhase = "Pending"
+    """The phase last told (its observations'), for listings."""
+    message: str | None = None
+    started: datetime | None = None
+    """When its process started."""
+
+    def listed(self) -> ListedPod:
+        return ListedPod(
+            name=self.plan.name,
+            namespace=self.plan.namespace,
+            phase=self.phase,
+            node_name=_NODE if self.bound or self.started else None,
+            start_time=self.started,
+            message=self.message,
+        )
 
 
 class LocalBackend(Backend):
@@ -302,6 +319,9 @@ class LocalBackend(Backend):
     ) -> None:
         if self._pods.get(f"{pod.plan.namespace}/{pod.plan.name}") is not pod:
             return  # a deleted pod says nothing more
+        pod.phase, pod.message = phase, message
+        if phase == "Running" and pod.started is None:
+            pod.started = datetime.now(UTC)
         await self.observations.put(
             PodObservation(pod.job_uid, pod.plan.name, phase, exit_code, message, node=_NODE)
         )
@@ -352,6 +372,10 @@ class LocalBackend(Backend):
 
     async def job_pod_names(self, job_uid: str) -> list[str]:
         return sorted(self._pods[key].plan.name for key in self._jobs.get(job_uid, ()))
+
+    async def job_pods(self, job_uid: str) -> list[ListedPod]:
+        pods = [self._pods[key].listed() for key in self._jobs.get(job_uid, ())]
+        return sorted(pods, key=lambda listed: listed.name)
 
     async def pod_logs(self, job_uid: str, name: str) -> str:
         keys = self._jobs.get(job_uid, ())

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
 from bus.aiotasks import TaskOwner
+from schemas.events import ListedPod
 from schemas.sim_annotations import SIM_DURATION, SIM_EXIT_CODE, parse_duration, parse_exit_code
 from workers.backends.base import (
     UNSCHEDULABLE_PREFIX,
@@ -52,6 +54,8 @@ class _SimPod:
     plan: PodPlan
     phase: PodPhase = "Pending"
     node: str | None = None
+    started: datetime | None = None
+    """When it began to run on its node."""
     unschedulable: str | None = None
     delay: float = 0.0
     """Seconds it waits on its node before it runs (crash backoff)."""
@@ -62,6 +66,18 @@ class _SimPod:
     @property
     def ended(self) -> bool:
         return self.phase in ("Succeeded", "Failed")
+
+    def listed(self) -> ListedPod:
+        waiting = self.unschedulable
+        return ListedPod(
+            name=self.plan.name,
+            namespace=self.plan.namespace,
+            phase=self.phase,
+            node_name=self.node,
+            start_time=self.started,
+            reason="Unschedulable" if waiting else None,
+            message=waiting.removeprefix(UNSCHEDULABLE_PREFIX).strip() if waiting else None,
+        )
 
 
 @dataclass
@@ -161,7 +177,7 @@ class SimBackend(Backend):
             await asyncio.sleep(pod.delay * self.time_scale)
         if self._pods.get(key) is not pod:
             return  # deleted before it started
-        pod.phase = "Running"
+        pod.phase, pod.started = "Running", datetime.now(UTC)
         self._running[key] = pod
         await self._print(pod, f"[sim] {pod.plan.name} is Running\n")
         await self._emit(pod)
@@ -250,6 +266,11 @@ class SimBackend(Backend):
     async def job_pod_names(self, job_uid: str) -> list[str]:
         job = self._jobs.get(job_uid)
         return sorted(self._pods[key].plan.name for key in job.pods) if job else []
+
+    async def job_pods(self, job_uid: str) -> list[ListedPod]:
+        job = self._jobs.get(job_uid)
+        pods = [self._pods[key] for key in job.pods] if job else []
+        return sorted((pod.listed() for pod in pods), key=lambda listed: listed.name)
 
     async def pod_logs(self, job_uid: str, name: str) -> str:
         job = self._jobs.get(job_uid)
