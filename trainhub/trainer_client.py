@@ -555,9 +555,11 @@ class TrainerClient:
             raise ValueError(f"polling_interval ({polling_interval}) exceeds timeout ({timeout})")
         deadline = time.monotonic() + limit
         while True:
-            job = self.get_job(name)
+            # Polled from the status topic alone: asking the worker for its pods' phases at
+            # every poll would cost a round trip (seconds with the worker down) for nothing.
+            job = self._trainjob(self._find(name))
             if job.status in wanted:
-                return job
+                return self.get_job(name)
             if job.status == TRAINJOB_FAILED:
                 raise RuntimeError(f"{TRAINJOB_KIND} {self.namespace}/{name} is Failed")
             remaining = deadline - time.monotonic()
