@@ -142,6 +142,14 @@ async def test_one_trainjob_per_shipped_runtime_succeeds_on_the_sandbox(
             assert ("Complete", "True") in [(c.type, c.status) for c in conditions], runtime
             cluster = kube_sandbox.clusters[final.cluster or ""]
             pods = {p["metadata"]["name"]: p for p in await job_objects(cluster, "pods", uid)}
+            # The phases a worker answers pod requests with, for a run it no longer needs,
+            # from its one list call: as the apiserver has them.
+            listed = await workers[final.cluster or ""].backend.job_pods(uid)
+            assert {(p.name, p.phase, p.node_name) for p in listed} == {
+                (name, pod["status"]["phase"], pod["spec"]["nodeName"])
+                for name, pod in pods.items()
+            }, runtime
+            assert all(p.namespace == "default" and p.start_time for p in listed), listed
             name = f"e2e-{runtime}"
             if runtime == "mpi-distributed":
                 # runLauncherAsNode: the launcher is one of the two nodes.
