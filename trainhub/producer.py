@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from bus.base import Bus
+from bus.base import Bus, Subscription
 from bus.epochs import EpochFence
 from bus.events import events_to_end, publish_event
 from bus.topics import Topics
@@ -16,6 +17,7 @@ from schemas.cluster import ClusterSnapshot
 from schemas.codec import decode_event
 from schemas.errors import EventDecodeError
 from schemas.events import (
+    CloudEvent,
     ClusterRetired,
     EventType,
     JobRef,
@@ -156,6 +158,25 @@ _LOG_LATE_GRACE = 30.0
 """How long after a request's deadline its final chunk may still arrive."""
 
 
+@asynccontextmanager
+async def _asked(
+    bus: Bus, topics: Topics, cluster: str, uid: str, request: CloudEvent
+) -> AsyncIterator[Subscription]:
+    """Send a request about job `uid` to the worker of `cluster` (on its assignments topic)
+    and yield a subscription to the logs topic, where its answer comes keyed by the request
+    id."""
+    subscription = bus.subscribe([topics.logs], group=None, start_from="latest")
+    await subscription.start()
+    try:
+        # lag() makes the consumer resolve its start (the end of the topic) now, before the
+        # request leaves, so no part of the answer can fall before it.
+        await subscription.lag()
+        await publish_event(bus, topics.assignments(cluster), uid, request)
+        yield subscription
+    finally:
+        await subscription.stop()
+
+
 async def request_logs(
     bus: Bus,
     topics: Topics,
@@ -167,14 +188,8 @@ async def request_logs(
     """Ask the worker of `cluster` for a job's logs and yield its answer, chunk by chunk, in
     order and without duplicates, up to and including the final chunk."""
     key = request.request_id.encode()
-    subscription = bus.subscribe([topics.logs], group=None, start_from="latest")
-    await subscription.start()
-    try:
-        # lag() makes the consumer resolve its start (the end of the topic) now, before the
-        # request leaves, so no part of the answer can fall before it.
-        await subscription.lag()
-        event = make_event(EventType.LOGS_REQUESTED, SOURCE, request.uid, request)
-        await publish_event(bus, topics.assignments(cluster), request.uid, event)
+    event = make_event(EventType.LOGS_REQUESTED, SOURCE, request.uid, request)
+    async with _asked(bus, topics, cluster, request.uid, event) as subscription:
         loop = asyncio.get_running_loop()
         first_by = loop.time() + answer_timeout
         last_by = (
@@ -208,8 +223,6 @@ async def request_logs(
                 )
             if now > last_by:
                 raise LogsUnanswered(f"the worker of cluster {cluster} never ended its answer")
-    finally:
-        await subscription.stop()
 
 
 class PodsUnanswered(TimeoutError):
@@ -232,13 +245,8 @@ async def request_pods(
     """Ask the worker of `cluster` for the phases of a job's pods; its answer, or
     `PodsUnanswered` when none came within `answer_timeout` seconds of the request."""
     key = request.request_id.encode()
-    subscription = bus.subscribe([topics.logs], group=None, start_from="latest")
-    await subscription.start()
-    try:
-        # As for logs: the start resolved before the request leaves, so the answer is after it.
-        await subscription.lag()
-        event = make_event(EventType.PODS_REQUESTED, SOURCE, request.uid, request)
-        await publish_event(bus, topics.assignments(cluster), request.uid, event)
+    event = make_event(EventType.PODS_REQUESTED, SOURCE, request.uid, request)
+    async with _asked(bus, topics, cluster, request.uid, event) as subscription:
         loop = asyncio.get_running_loop()
         answer_by = loop.time() + answer_timeout
         while (left := answer_by - loop.time()) > 0:
@@ -255,8 +263,6 @@ async def request_pods(
             f"the worker of cluster {cluster} did not answer the pod request within "
             f"{answer_timeout:g}s (is it running?)"
         )
-    finally:
-        await subscription.stop()
 
 
 async def read_clusters(

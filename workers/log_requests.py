@@ -8,13 +8,13 @@ import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from bus.aiotasks import TaskOwner
 from bus.base import Bus
 from bus.events import publish_event
 from bus.topics import Topics
 from schemas.events import EventType, LogsChunk, LogsRequested, make_event
 from workers.backends.base import Backend, PodLogsUnavailable
 from workers.job_run import JobRun
+from workers.request_answering import RequestAnswering
 
 log = logging.getLogger(__name__)
 
@@ -26,9 +26,11 @@ MAX_FOLLOW = 3600.0
 """No request is followed longer than this, whatever its deadline says."""
 
 
-class LogRequests:
-    """One task per request, owned here and cancelled by `close`; a failed read ends the
-    request with an error chunk rather than taking the worker down."""
+class LogRequests(RequestAnswering[LogsRequested]):
+    """A failed read ends the request with an error chunk rather than taking the worker
+    down."""
+
+    kind = "log"
 
     def __init__(
         self,
@@ -42,30 +44,9 @@ class LogRequests:
         interval: float = FOLLOW_INTERVAL,
         max_follow: float = MAX_FOLLOW,
     ) -> None:
-        self._bus = bus
-        self._topics = topics
-        self._backend = backend
-        self._runs = runs
-        self._cluster = cluster
-        self._source = source
+        super().__init__(bus, topics, backend, runs, cluster=cluster, source=source)
         self._interval = interval
         self._max_follow = max_follow
-        self._tasks = TaskOwner(f"logs-{cluster}")
-
-    def handle(self, request: LogsRequested) -> None:
-        """Start answering; returns at once so the assignments consumer is never held up."""
-        if request.deadline <= datetime.now(UTC):
-            # A redelivery after a restart, or a request that waited too long: nobody reads
-            # the answer any more.
-            log.info("expired log request dropped", extra=self._extra(request))
-            return
-        self._tasks.spawn(self._answer(request), f"logs-{request.request_id}")
-
-    async def close(self) -> None:
-        await self._tasks.cancel_all()
-
-    def _extra(self, request: LogsRequested) -> dict[str, str]:
-        return {"cluster": self._cluster, "job": request.uid, "event": request.request_id}
 
     async def _answer(self, request: LogsRequested) -> None:
         reply = _Reply(self, request)

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from datetime import UTC, datetime
 
-from bus.aiotasks import TaskOwner
 from bus.base import Bus
 from bus.events import publish_event
 from bus.topics import Topics
@@ -24,13 +22,15 @@ from schemas.status import JobPhase
 from workers.backends.base import UNSCHEDULABLE_PREFIX, Backend
 from workers.backends.delegating import DelegatingBackend
 from workers.job_run import JobRun, PodState
+from workers.request_answering import RequestAnswering
 
 log = logging.getLogger(__name__)
 
 
-class PodRequests:
-    """One task per request, owned here and cancelled by `close`; a listing that fails is
-    answered with the error rather than taking the worker down."""
+class PodRequests(RequestAnswering[PodsRequested]):
+    """A listing that fails is answered with the error rather than taking the worker down."""
+
+    kind = "pod"
 
     def __init__(
         self,
@@ -42,30 +42,9 @@ class PodRequests:
         cluster: str,
         source: str,
     ) -> None:
-        self._bus = bus
-        self._topics = topics
-        self._backend = backend
-        self._runs = runs
-        self._cluster = cluster
-        self._source = source
+        super().__init__(bus, topics, backend, runs, cluster=cluster, source=source)
         # A delegated run's pods are its operator's: the run follows only their scheduling.
         self._runs_follow_pods = not isinstance(backend, DelegatingBackend)
-        self._tasks = TaskOwner(f"pods-{cluster}")
-
-    def handle(self, request: PodsRequested) -> None:
-        """Start answering; returns at once so the assignments consumer is never held up."""
-        if request.deadline <= datetime.now(UTC):
-            # A redelivery after a restart, or a request that waited too long: nobody reads
-            # the answer any more.
-            log.info("expired pod request dropped", extra=self._extra(request))
-            return
-        self._tasks.spawn(self._answer(request), f"pods-{request.request_id}")
-
-    async def close(self) -> None:
-        await self._tasks.cancel_all()
-
-    def _extra(self, request: PodsRequested) -> dict[str, str]:
-        return {"cluster": self._cluster, "job": request.uid, "event": request.request_id}
 
     async def _answer(self, request: PodsRequested) -> None:
         try:
