@@ -251,3 +251,15 @@ def test_operators_runtimes_from_a_directory_namespaced_by_namespace() -> None:
     job = parse_job(document)
     assert isinstance(job, TrainJob)
     assert list(job.replica_specs) == ["dataset-initializer", "model-initializer", "node"]
+
+
+def test_run_policy_is_made_once_and_follows_suspend_and_manager() -> None:
+    job = parse_job(trainjob())
+    assert isinstance(job, TrainJob)
+    first = job.run_policy
+    assert first.suspend is False and job.run_policy is first  # made once, not per read
+    job.spec.suspend = True
+    assert job.run_policy.suspend is True and job.run_policy is not first
+    job.spec.managedBy = "kueue.x-k8s.io/multikueue"
+    assert job.run_policy.managedBy == "kueue.x-k8s.io/multikueue"
+    assert job.run_policy.backoffLimit == first.backoffLimit
